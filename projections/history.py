@@ -1,0 +1,46 @@
+"""History: which log offsets touched each memory or episode (H1).
+
+The projection keeps offsets only; the events themselves are read back from the log when a
+history is asked for. That keeps the fold small at millions of events and makes the answer
+exactly what the log holds. Deleted records keep their history: nothing here is ever removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def refs_touched(ev: dict[str, Any]) -> list[str]:
+    """The refs an event changes, as the history of each should list it."""
+    t = ev["type"]
+    p = ev["payload"]
+    if t.startswith("memory."):
+        return [f"{p.get('kind', 'mem')}:{p['id']}"]
+    if t.startswith("episode."):
+        return [f"ep:{p['id']}"]
+    if t == "standing.declared":
+        return [p["ref"]]
+    if t == "agent_data.deleted":
+        return [f"mem:{i}" for i in p["memory_ids"]] + [f"ep:{i}" for i in p["episode_ids"]]
+    return []
+
+
+@dataclass
+class HistoryProjection:
+    name: str = "history"
+    offset: int = -1
+    offsets: dict[str, list[int]] = field(default_factory=dict)
+
+    def apply(self, offset: int, ev: dict[str, Any]) -> None:
+        for ref in refs_touched(ev):
+            self.offsets.setdefault(ref, []).append(offset)
+
+    def of(self, ref: str) -> list[int]:
+        return self.offsets.get(ref, [])
+
+    def to_snapshot(self) -> dict[str, Any]:
+        return {"offsets": dict(sorted(self.offsets.items()))}
+
+    def load_snapshot(self, body: dict[str, Any]) -> None:
+        self.offsets = {k: list(v) for k, v in body["offsets"].items()}

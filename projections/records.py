@@ -1,0 +1,208 @@
+"""Memories, episodes and profiles as callers read them: the simple read models.
+
+Each is a fold over the events of its own kind. Rows keep what reads return (content,
+scope, metadata, times, lock, the embedding's model) and not the vectors, which belong to the
+vector projection. Per-agent id lists are kept in insertion order, so "newest first" listing is a
+reversed walk, not a sort.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class MemoryRow:
+    id: int
+    agent_id: str
+    project_id: str
+    channel: str
+    content: str
+    msg_id: str | None
+    metadata: dict[str, Any]
+    created_at: str
+    updated_at: str
+    timestamp: str | None
+    locked: bool = False
+    author: str = ""
+    embedding_model: str | None = None
+
+
+@dataclass(slots=True)
+class EpisodeRow:
+    id: int
+    agent_id: str
+    project_id: str
+    channel: str
+    summary: str
+    keywords: list[str]
+    start_time: str | None
+    end_time: str | None
+    metadata: dict[str, Any]
+    created_at: str
+    embedding_model: str | None = None
+
+
+@dataclass(slots=True)
+class ProfileRow:
+    agent_id: str
+    content: str
+    updated_at: str
+
+
+def _model(p: dict[str, Any]) -> str | None:
+    emb = p.get("embedding")
+    return emb["model"] if emb else None
+
+
+@dataclass
+class MemoriesProjection:
+    name: str = "memories"
+    offset: int = -1
+    rows: dict[int, MemoryRow] = field(default_factory=dict)
+    by_agent: dict[str, dict[int, None]] = field(default_factory=dict)
+
+    def apply(self, offset: int, ev: dict[str, Any]) -> None:
+        t = ev["type"]
+        if not (t.startswith("memory.") or t == "agent_data.deleted"):
+            return
+        p = ev["payload"]
+        if t == "memory.stored":
+            s = ev["scope"]
+            row = MemoryRow(
+                id=p["id"],
+                agent_id=s["agent_id"],
+                project_id=s["project_id"],
+                channel=s["channel"],
+                content=p["content"],
+                msg_id=p.get("msg_id"),
+                metadata=p.get("metadata") or {},
+                created_at=ev["occurred_at"],
+                updated_at=ev["occurred_at"],
+                timestamp=p.get("timestamp"),
+                author=ev["actor"]["client_id"],
+                embedding_model=_model(p),
+            )
+            self.rows[row.id] = row
+            self.by_agent.setdefault(row.agent_id, {})[row.id] = None
+            return
+        if t == "agent_data.deleted":
+            for mid in p["memory_ids"]:
+                self._drop(mid)
+            return
+        row = self.rows.get(p["id"]) if p.get("kind", "mem") == "mem" else None
+        if row is None:
+            return
+        if t == "memory.updated":
+            row.content = p["content"]
+            if p.get("metadata") is not None:
+                row.metadata = p["metadata"]
+            row.updated_at = ev["occurred_at"]
+            row.embedding_model = _model(p)
+        elif t == "memory.deleted":
+            self._drop(row.id)
+        elif t == "memory.locked":
+            row.locked = True
+        elif t == "memory.unlocked":
+            row.locked = False
+        elif t == "memory.reembedded":
+            row.embedding_model = _model(p)
+
+    def _drop(self, mid: int) -> None:
+        row = self.rows.pop(mid, None)
+        if row is not None:
+            self.by_agent.get(row.agent_id, {}).pop(mid, None)
+
+    def of_agent(self, agent_id: str) -> list[MemoryRow]:
+        """The agent's live memories, oldest first."""
+        return [self.rows[i] for i in self.by_agent.get(agent_id, {})]
+
+    def to_snapshot(self) -> dict[str, Any]:
+        return {"rows": [asdict(r) for r in self.rows.values()]}
+
+    def load_snapshot(self, body: dict[str, Any]) -> None:
+        self.rows.clear()
+        self.by_agent.clear()
+        for raw in body["rows"]:
+            row = MemoryRow(**raw)
+            self.rows[row.id] = row
+            self.by_agent.setdefault(row.agent_id, {})[row.id] = None
+
+
+@dataclass
+class EpisodesProjection:
+    name: str = "episodes"
+    offset: int = -1
+    rows: dict[int, EpisodeRow] = field(default_factory=dict)
+    by_agent: dict[str, dict[int, None]] = field(default_factory=dict)
+
+    def apply(self, offset: int, ev: dict[str, Any]) -> None:
+        t = ev["type"]
+        p = ev["payload"]
+        if t == "episode.archived":
+            s = ev["scope"]
+            row = EpisodeRow(
+                id=p["id"],
+                agent_id=s["agent_id"],
+                project_id=s["project_id"],
+                channel=s["channel"],
+                summary=p["summary"],
+                keywords=list(p.get("keywords") or []),
+                start_time=p.get("start_time"),
+                end_time=p.get("end_time"),
+                metadata=p.get("metadata") or {},
+                created_at=ev["occurred_at"],
+                embedding_model=_model(p),
+            )
+            self.rows[row.id] = row
+            self.by_agent.setdefault(row.agent_id, {})[row.id] = None
+        elif t == "episode.deleted":
+            self._drop(p["id"])
+        elif t == "agent_data.deleted":
+            for eid in p["episode_ids"]:
+                self._drop(eid)
+        elif t == "memory.reembedded" and p.get("kind") == "ep" and p["id"] in self.rows:
+            self.rows[p["id"]].embedding_model = _model(p)
+
+    def _drop(self, eid: int) -> None:
+        row = self.rows.pop(eid, None)
+        if row is not None:
+            self.by_agent.get(row.agent_id, {}).pop(eid, None)
+
+    def of_agent(self, agent_id: str) -> list[EpisodeRow]:
+        return [self.rows[i] for i in self.by_agent.get(agent_id, {})]
+
+    def to_snapshot(self) -> dict[str, Any]:
+        return {"rows": [asdict(r) for r in self.rows.values()]}
+
+    def load_snapshot(self, body: dict[str, Any]) -> None:
+        self.rows.clear()
+        self.by_agent.clear()
+        for raw in body["rows"]:
+            row = EpisodeRow(**raw)
+            self.rows[row.id] = row
+            self.by_agent.setdefault(row.agent_id, {})[row.id] = None
+
+
+@dataclass
+class ProfilesProjection:
+    """At most one profile per agent: an update replaces (W6)."""
+
+    name: str = "profiles"
+    offset: int = -1
+    rows: dict[str, ProfileRow] = field(default_factory=dict)
+
+    def apply(self, offset: int, ev: dict[str, Any]) -> None:
+        t = ev["type"]
+        agent = ev["scope"]["agent_id"]
+        if t == "profile.updated":
+            self.rows[agent] = ProfileRow(agent, ev["payload"]["content"], ev["occurred_at"])
+        elif t == "agent_data.deleted" and ev["payload"].get("profile"):
+            self.rows.pop(agent, None)
+
+    def to_snapshot(self) -> dict[str, Any]:
+        return {"rows": [asdict(r) for _, r in sorted(self.rows.items())]}
+
+    def load_snapshot(self, body: dict[str, Any]) -> None:
+        self.rows = {r["agent_id"]: ProfileRow(**r) for r in body["rows"]}

@@ -1,0 +1,121 @@
+"""Commands: what a caller asks for, before the decider has judged it.
+
+A command is complete on arrival: the API has validated it, authorised it and computed its
+embedding, and stamped ``received_at``. The decider is then a pure function of
+(decision state, command), so the same log always yields the same decisions.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memstream.streams.events import Actor, Embedding, Scope
+
+Standing = Literal["fact", "open", "noise", "ruled-out"]
+Precision = Literal["strict", "balanced", "lenient"]
+
+
+class Command(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: ClassVar[str]
+
+    command_id: str = Field(min_length=1, max_length=200)
+    scope: Scope
+    actor: Actor
+    received_at: datetime
+
+
+class StoreMemory(Command):
+    name: ClassVar[str] = "store"
+    content: str
+    msg_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    embedding: Embedding | None = None
+    # The instant the memory describes, when the caller knows it (imports, transcripts).
+    timestamp: datetime | None = None
+
+
+class UpdateMemory(Command):
+    name: ClassVar[str] = "update_memory"
+    memory_id: int
+    content: str
+    metadata: dict[str, Any] | None = None
+    embedding: Embedding | None = None
+
+
+class DeleteMemory(Command):
+    name: ClassVar[str] = "delete_memory"
+    memory_id: int
+
+
+class LockMemory(Command):
+    name: ClassVar[str] = "lock_memory"
+    memory_id: int
+
+
+class UnlockMemory(Command):
+    name: ClassVar[str] = "unlock_memory"
+    memory_id: int
+
+
+class ArchiveEpisode(Command):
+    name: ClassVar[str] = "archive_episode"
+    summary: str
+    keywords: list[str] = Field(default_factory=list)
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    embedding: Embedding | None = None
+
+
+class DeleteEpisode(Command):
+    name: ClassVar[str] = "delete_episode"
+    episode_id: int
+
+
+class UpdateProfile(Command):
+    name: ClassVar[str] = "update_profile"
+    content: str
+    embedding: Embedding | None = None
+
+
+class DeleteAgentData(Command):
+    name: ClassVar[str] = "delete_agent_data"
+
+
+class SetRecallPrecision(Command):
+    name: ClassVar[str] = "set_recall_precision"
+    level: Precision
+
+
+class DeclareStanding(Command):
+    name: ClassVar[str] = "declare_standing"
+    ref: str
+    standing: Standing
+    note: str | None = Field(default=None, max_length=4000)
+
+
+class ReembedMemory(Command):
+    name: ClassVar[str] = "reembed_memory"
+    memory_id: int
+    kind: Literal["mem", "ep"] = "mem"
+    embedding: Embedding
+
+
+AnyCommand = (
+    StoreMemory
+    | UpdateMemory
+    | DeleteMemory
+    | LockMemory
+    | UnlockMemory
+    | ArchiveEpisode
+    | DeleteEpisode
+    | UpdateProfile
+    | DeleteAgentData
+    | SetRecallPrecision
+    | DeclareStanding
+    | ReembedMemory
+)

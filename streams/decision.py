@@ -1,0 +1,527 @@
+"""Decision state and deciders: the rules every write must pass, as pure functions.
+
+``DecisionState`` is a fold of the log (events and audit records) holding only what the rules
+need: which memories are live, their dedup keys, locks, episodes, the profile flag and the
+outcomes of recent command ids. ``decide`` maps (state, command) to the events to append (or
+the audit record of a refusal or skip) and the caller's outcome. Nothing here does I/O or
+reads a clock: time arrives on the command, ids come from the fold's counters, so replaying
+the same log gives the same state and the same answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from memstream.streams import commands as c
+from memstream.streams.events import AuditRecord, Event, EventType, parse_ref
+
+# Retries are recognised within this many most recent commands per agent. A bound keeps the
+# fold's memory flat on a log of millions of commands; it is counted in commands, not in
+# wall-clock time, so the window is itself a deterministic function of the log.
+COMMAND_MEMO_PER_AGENT: Final = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_content_chars: int = 100_000
+    max_metadata_bytes: int = 64_000
+    max_keywords: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the caller hears. ``result`` is applied / skipped / rejected."""
+
+    result: str
+    id: int | None = None
+    reason: str | None = None
+    error: str | None = None  # a stable code for rejections: invalid, not_found, locked, ...
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"result": self.result}
+        if self.id is not None:
+            d["id"] = self.id
+        if self.reason is not None:
+            d["reason"] = self.reason
+        if self.error is not None:
+            d["error"] = self.error
+        if self.detail:
+            d["detail"] = self.detail
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Outcome:
+        return cls(d["result"], d.get("id"), d.get("reason"), d.get("error"), d.get("detail", {}))
+
+
+@dataclass(slots=True)
+class MemoryFacts:
+    project: str
+    channel: str
+    msg_id: str | None
+    content_key: bytes
+    locked: bool = False
+
+
+@dataclass(slots=True)
+class AgentDecisionState:
+    memories: dict[int, MemoryFacts] = field(default_factory=dict)
+    by_msg: dict[tuple[str, str], int] = field(default_factory=dict)
+    by_content: dict[tuple[str, str, bytes], int] = field(default_factory=dict)
+    episodes: set[int] = field(default_factory=set)
+    has_profile: bool = False
+    commands: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
+
+    def remember(self, command_id: str, outcome: dict[str, Any]) -> None:
+        if command_id in self.commands:
+            return  # the first outcome is the one a retry gets back
+        self.commands[command_id] = outcome
+        if len(self.commands) > COMMAND_MEMO_PER_AGENT:
+            self.commands.popitem(last=False)
+
+    def forget_memory(self, memory_id: int) -> None:
+        facts = self.memories.pop(memory_id, None)
+        if facts is None:
+            return
+        if facts.msg_id is not None and self.by_msg.get((facts.project, facts.msg_id)) == memory_id:
+            del self.by_msg[(facts.project, facts.msg_id)]
+        key = (facts.project, facts.channel, facts.content_key)
+        if self.by_content.get(key) == memory_id:
+            del self.by_content[key]
+
+
+def content_key(content: str) -> bytes:
+    """Content dedup compares a 128-bit digest, so the fold never holds the texts."""
+    return hashlib.blake2b(content.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+class DecisionState:
+    """The fold of the whole log (all partitions an owner holds) that deciders consult."""
+
+    def __init__(self, num_partitions: int) -> None:
+        self.num_partitions = num_partitions
+        self.agents: dict[str, AgentDecisionState] = {}
+        self.next_seq: list[int] = [0] * num_partitions  # id allocation, per partition
+        self.event_offset = -1  # last applied event offset
+        self.audit_offset = -1  # last applied audit offset
+
+    def agent(self, agent_id: str) -> AgentDecisionState:
+        st = self.agents.get(agent_id)
+        if st is None:
+            st = self.agents[agent_id] = AgentDecisionState()
+        return st
+
+    def allocate_id(self, partition: int) -> int:
+        """Ids are ``seq * partitions + partition``: unique across partitions, no coordination."""
+        seq = self.next_seq[partition]
+        self.next_seq[partition] = seq + 1
+        return seq * self.num_partitions + partition
+
+    def peek_id(self, partition: int, ahead: int = 0) -> int:
+        return (self.next_seq[partition] + ahead) * self.num_partitions + partition
+
+    def _saw_id(self, ident: int) -> None:
+        p = ident % self.num_partitions
+        seq = ident // self.num_partitions
+        if seq >= self.next_seq[p]:
+            self.next_seq[p] = seq + 1
+
+    # -- the fold ---------------------------------------------------------------------------
+
+    def apply_event(self, offset: int, ev: dict[str, Any]) -> None:
+        if offset <= self.event_offset:
+            return  # at-least-once delivery: an event seen twice changes nothing
+        self.event_offset = offset
+        st = self.agent(ev["scope"]["agent_id"])
+        p = ev["payload"]
+        t = ev["type"]
+        if t == "memory.stored":
+            mid = p["id"]
+            self._saw_id(mid)
+            scope = ev["scope"]
+            facts = MemoryFacts(
+                scope["project_id"], scope["channel"], p.get("msg_id"), content_key(p["content"])
+            )
+            st.memories[mid] = facts
+            if facts.msg_id is not None:
+                st.by_msg.setdefault((facts.project, facts.msg_id), mid)
+            st.by_content.setdefault((facts.project, facts.channel, facts.content_key), mid)
+        elif t == "memory.updated":
+            facts = st.memories.get(p["id"])
+            if facts is not None:
+                old = (facts.project, facts.channel, facts.content_key)
+                if st.by_content.get(old) == p["id"]:
+                    del st.by_content[old]
+                facts.content_key = content_key(p["content"])
+                st.by_content.setdefault((facts.project, facts.channel, facts.content_key), p["id"])
+        elif t == "memory.deleted":
+            st.forget_memory(p["id"])
+        elif t == "memory.locked" or t == "memory.unlocked":
+            facts = st.memories.get(p["id"])
+            if facts is not None:
+                facts.locked = t == "memory.locked"
+        elif t == "episode.archived":
+            self._saw_id(p["id"])
+            st.episodes.add(p["id"])
+        elif t == "episode.deleted":
+            st.episodes.discard(p["id"])
+        elif t == "profile.updated":
+            st.has_profile = True
+        elif t == "agent_data.deleted":
+            for mid in p["memory_ids"]:
+                st.forget_memory(mid)
+            st.episodes.difference_update(p["episode_ids"])
+            if p.get("profile"):
+                st.has_profile = False
+        st.remember(ev["command_id"], outcome_of_event(ev).to_dict())
+
+    def apply_audit(self, offset: int, rec: dict[str, Any]) -> None:
+        if offset <= self.audit_offset:
+            return
+        self.audit_offset = offset
+        self.agent(rec["scope"]["agent_id"]).remember(rec["command_id"], rec["outcome"])
+
+    # -- snapshot and digest ----------------------------------------------------------------
+
+    def to_snapshot(self) -> dict[str, Any]:
+        """A canonical, JSON-able form: equal states give byte-equal snapshots."""
+        agents = {}
+        for name in sorted(self.agents):
+            st = self.agents[name]
+            agents[name] = {
+                "memories": [
+                    [mid, f.project, f.channel, f.msg_id, f.content_key.hex(), f.locked]
+                    for mid, f in sorted(st.memories.items())
+                ],
+                "episodes": sorted(st.episodes),
+                "has_profile": st.has_profile,
+                "commands": [[k, v] for k, v in st.commands.items()],
+            }
+        return {
+            "num_partitions": self.num_partitions,
+            "next_seq": self.next_seq,
+            "event_offset": self.event_offset,
+            "audit_offset": self.audit_offset,
+            "agents": agents,
+        }
+
+    @classmethod
+    def from_snapshot(cls, snap: dict[str, Any]) -> DecisionState:
+        state = cls(snap["num_partitions"])
+        state.next_seq = list(snap["next_seq"])
+        state.event_offset = snap["event_offset"]
+        state.audit_offset = snap["audit_offset"]
+        for name, a in snap["agents"].items():
+            st = state.agent(name)
+            for mid, project, channel, msg_id, key, locked in a["memories"]:
+                facts = MemoryFacts(project, channel, msg_id, bytes.fromhex(key), locked)
+                st.memories[mid] = facts
+            # Index maps are rebuilt in id order, the order the fold first saw them.
+            for mid, f in sorted(st.memories.items()):
+                if f.msg_id is not None:
+                    st.by_msg.setdefault((f.project, f.msg_id), mid)
+                st.by_content.setdefault((f.project, f.channel, f.content_key), mid)
+            st.episodes = set(a["episodes"])
+            st.has_profile = a["has_profile"]
+            st.commands = OrderedDict((k, v) for k, v in a["commands"])
+        return state
+
+    def digest(self) -> str:
+        snap = self.to_snapshot()
+        snap.pop("event_offset")
+        snap.pop("audit_offset")
+        return hashlib.sha256(orjson.dumps(snap)).hexdigest()
+
+
+# -- deciders -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Decision:
+    outcome: Outcome
+    events: list[Event] = field(default_factory=list)
+    audit: AuditRecord | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecideContext:
+    partition: int
+    limits: Limits
+    new_id: Any  # () -> str: event/record ids; injected so tests can make them deterministic
+
+
+def _event(cmd: c.Command, ctx: DecideContext, type_: EventType, payload: dict[str, Any]) -> Event:
+    return Event(
+        id=ctx.new_id(),
+        type=type_,
+        scope=cmd.scope,
+        actor=cmd.actor,
+        occurred_at=cmd.received_at,
+        command_id=cmd.command_id,
+        payload=payload,
+    )
+
+
+def _audit(cmd: c.Command, ctx: DecideContext, outcome: Outcome) -> AuditRecord:
+    request = cmd.model_dump(
+        exclude={"command_id", "scope", "actor", "received_at", "embedding"}, mode="json"
+    )
+    for key in ("content", "summary"):
+        if isinstance(request.get(key), str) and len(request[key]) > 512:
+            request[key] = request[key][:512] + f"…[{len(request[key]) - 512} more chars]"
+    return AuditRecord(
+        id=ctx.new_id(),
+        kind="skipped" if outcome.result == "skipped" else "refused",
+        command=cmd.name,
+        command_id=cmd.command_id,
+        scope=cmd.scope,
+        actor=cmd.actor,
+        occurred_at=cmd.received_at,
+        outcome=outcome.to_dict(),
+        request=request,
+    )
+
+
+def _refuse(cmd: c.Command, ctx: DecideContext, error: str, reason: str) -> Decision:
+    out = Outcome("rejected", reason=reason, error=error)
+    return Decision(out, audit=_audit(cmd, ctx, out))
+
+
+def _skip(cmd: c.Command, ctx: DecideContext, existing: int, reason: str) -> Decision:
+    out = Outcome("skipped", id=existing, reason=reason)
+    return Decision(out, audit=_audit(cmd, ctx, out))
+
+
+def _accept(cmd: c.Command, ctx: DecideContext, *events: tuple[EventType, dict[str, Any]]) -> Decision:
+    evs = [_event(cmd, ctx, t, p) for t, p in events]
+    return Decision(outcome_of_event(evs[0].model_dump()), events=evs)
+
+
+def _check_text(cmd: c.Command, ctx: DecideContext, text: str, what: str) -> Decision | None:
+    if not text.strip():
+        return _refuse(cmd, ctx, "invalid", f"{what} is empty")
+    if len(text) > ctx.limits.max_content_chars:
+        return _refuse(
+            cmd,
+            ctx,
+            "too_large",
+            f"{what} has {len(text)} characters; the limit is {ctx.limits.max_content_chars}",
+        )
+    return None
+
+
+def _check_metadata(cmd: c.Command, ctx: DecideContext, metadata: dict[str, Any] | None) -> Decision | None:
+    if metadata and len(orjson.dumps(metadata)) > ctx.limits.max_metadata_bytes:
+        return _refuse(cmd, ctx, "too_large", f"metadata exceeds {ctx.limits.max_metadata_bytes} bytes")
+    return None
+
+
+def _embedding_payload(cmd: c.StoreMemory | c.UpdateMemory | c.ArchiveEpisode | c.UpdateProfile) -> Any:
+    return cmd.embedding.model_dump() if cmd.embedding is not None else None
+
+
+def visible_projects(project: str) -> tuple[str, ...]:
+    """A scope sees its own bucket and the global '' pool (CONTRACTS R10, W2)."""
+    return (project,) if project == "" else (project, "")
+
+
+def _live_memory(st: AgentDecisionState, cmd: c.Command, ctx: DecideContext, mid: int) -> Decision | MemoryFacts:
+    facts = st.memories.get(mid)
+    if facts is None:
+        return _refuse(cmd, ctx, "not_found", f"memory {mid} not found")
+    return facts
+
+
+def decide(state: DecisionState, cmd: c.Command, ctx: DecideContext) -> Decision:
+    """Judge one command. A retried command id returns its first outcome and appends nothing."""
+    st = state.agent(cmd.scope.agent_id)
+    first = st.commands.get(cmd.command_id)
+    if first is not None:
+        return Decision(Outcome.from_dict(first))
+    handler = _DECIDERS[type(cmd)]
+    return handler(state, st, cmd, ctx)
+
+
+def _decide_store(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    bad = _check_text(cmd, ctx, cmd.content, "content") or _check_metadata(cmd, ctx, cmd.metadata)
+    if bad:
+        return bad
+    project, channel = cmd.scope.project_id, cmd.scope.channel
+    if cmd.msg_id is not None:
+        for pj in visible_projects(project):
+            hit = st.by_msg.get((pj, cmd.msg_id))
+            if hit is not None:
+                return _skip(cmd, ctx, hit, "duplicate msg_id")
+    key = content_key(cmd.content)
+    for pj in visible_projects(project):
+        for ch in ((channel,) if channel == "" else (channel, "")):
+            hit = st.by_content.get((pj, ch, key))
+            if hit is not None:
+                return _skip(cmd, ctx, hit, "duplicate content")
+    payload = {
+        "id": state.peek_id(ctx.partition),
+        "content": cmd.content,
+        "msg_id": cmd.msg_id,
+        "metadata": cmd.metadata,
+        "timestamp": cmd.timestamp.isoformat() if cmd.timestamp else None,
+        "embedding": _embedding_payload(cmd),
+    }
+    return _accept(cmd, ctx, ("memory.stored", payload))
+
+
+def _decide_update(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    found = _live_memory(st, cmd, ctx, cmd.memory_id)
+    if isinstance(found, Decision):
+        return found
+    if found.locked:
+        return _refuse(cmd, ctx, "locked", f"memory {cmd.memory_id} is locked")
+    bad = _check_text(cmd, ctx, cmd.content, "content") or _check_metadata(cmd, ctx, cmd.metadata)
+    if bad:
+        return bad
+    twin = st.by_content.get((found.project, found.channel, content_key(cmd.content)))
+    if twin is not None and twin != cmd.memory_id:
+        # Two live memories in one bucket never share content, whichever path wrote them.
+        return _refuse(cmd, ctx, "conflict", f"memory {twin} already holds this content")
+    payload = {
+        "id": cmd.memory_id,
+        "content": cmd.content,
+        "metadata": cmd.metadata,
+        "embedding": _embedding_payload(cmd),
+    }
+    return _accept(cmd, ctx, ("memory.updated", payload))
+
+
+def _decide_delete(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    found = _live_memory(st, cmd, ctx, cmd.memory_id)
+    if isinstance(found, Decision):
+        return found
+    if found.locked:
+        return _refuse(cmd, ctx, "locked", f"memory {cmd.memory_id} is locked")
+    return _accept(cmd, ctx, ("memory.deleted", {"id": cmd.memory_id}))
+
+
+def _decide_lock(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    found = _live_memory(st, cmd, ctx, cmd.memory_id)
+    if isinstance(found, Decision):
+        return found
+    lock = isinstance(cmd, c.LockMemory)
+    return _accept(cmd, ctx, ("memory.locked" if lock else "memory.unlocked", {"id": cmd.memory_id}))
+
+
+def _decide_archive(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    bad = _check_text(cmd, ctx, cmd.summary, "summary") or _check_metadata(cmd, ctx, cmd.metadata)
+    if bad:
+        return bad
+    if len(cmd.keywords) > ctx.limits.max_keywords:
+        return _refuse(cmd, ctx, "too_large", f"more than {ctx.limits.max_keywords} keywords")
+    if cmd.start_time and cmd.end_time and cmd.end_time < cmd.start_time:
+        return _refuse(cmd, ctx, "invalid", "end_time is before start_time")
+    payload = {
+        "id": state.peek_id(ctx.partition),
+        "summary": cmd.summary,
+        "keywords": cmd.keywords,
+        "start_time": cmd.start_time.isoformat() if cmd.start_time else None,
+        "end_time": cmd.end_time.isoformat() if cmd.end_time else None,
+        "metadata": cmd.metadata,
+        "embedding": _embedding_payload(cmd),
+    }
+    return _accept(cmd, ctx, ("episode.archived", payload))
+
+
+def _decide_delete_episode(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    if cmd.episode_id not in st.episodes:
+        return _refuse(cmd, ctx, "not_found", f"episode {cmd.episode_id} not found")
+    return _accept(cmd, ctx, ("episode.deleted", {"id": cmd.episode_id}))
+
+
+def _decide_profile(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    bad = _check_text(cmd, ctx, cmd.content, "profile")
+    if bad:
+        return bad
+    payload = {"content": cmd.content, "embedding": _embedding_payload(cmd)}
+    return _accept(cmd, ctx, ("profile.updated", payload))
+
+
+def _decide_delete_agent(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    # Locked memories survive (W5: unlike CPersona, a lock protects from this too).
+    doomed = sorted(mid for mid, f in st.memories.items() if not f.locked)
+    kept = sorted(mid for mid, f in st.memories.items() if f.locked)
+    payload = {
+        "memory_ids": doomed,
+        "episode_ids": sorted(st.episodes),
+        "profile": st.has_profile,
+        "kept_locked": kept,
+    }
+    return _accept(cmd, ctx, ("agent_data.deleted", payload))
+
+
+def _decide_precision(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    return _accept(cmd, ctx, ("recall_precision.set", {"level": cmd.level}))
+
+
+def _decide_standing(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    try:
+        kind, ident = parse_ref(cmd.ref)
+    except ValueError as exc:
+        return _refuse(cmd, ctx, "invalid", str(exc))
+    if (kind == "mem" and ident not in st.memories) or (kind == "ep" and ident not in st.episodes):
+        return _refuse(cmd, ctx, "not_found", f"{cmd.ref} not found")
+    payload = {"ref": f"{kind}:{ident}", "standing": cmd.standing, "note": cmd.note}
+    return _accept(cmd, ctx, ("standing.declared", payload))
+
+
+def _decide_reembed(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    live = cmd.memory_id in (st.memories if cmd.kind == "mem" else st.episodes)
+    if not live:
+        return _refuse(cmd, ctx, "not_found", f"{cmd.kind}:{cmd.memory_id} not found")
+    payload = {"id": cmd.memory_id, "kind": cmd.kind, "embedding": cmd.embedding.model_dump()}
+    return _accept(cmd, ctx, ("memory.reembedded", payload))
+
+
+_DECIDERS: dict[type, Any] = {
+    c.StoreMemory: _decide_store,
+    c.UpdateMemory: _decide_update,
+    c.DeleteMemory: _decide_delete,
+    c.LockMemory: _decide_lock,
+    c.UnlockMemory: _decide_lock,
+    c.ArchiveEpisode: _decide_archive,
+    c.DeleteEpisode: _decide_delete_episode,
+    c.UpdateProfile: _decide_profile,
+    c.DeleteAgentData: _decide_delete_agent,
+    c.SetRecallPrecision: _decide_precision,
+    c.DeclareStanding: _decide_standing,
+    c.ReembedMemory: _decide_reembed,
+}
+
+
+def outcome_of_event(ev: dict[str, Any]) -> Outcome:
+    """The caller's outcome, derived from the event alone, so a replayed log answers retries
+    with exactly what the live decision answered."""
+    p = ev["payload"]
+    t = ev["type"]
+    if t == "agent_data.deleted":
+        return Outcome(
+            "applied",
+            detail={
+                "memories": len(p["memory_ids"]),
+                "episodes": len(p["episode_ids"]),
+                "profile": 1 if p["profile"] else 0,
+                "kept_locked": len(p["kept_locked"]),
+            },
+        )
+    if t in ("profile.updated", "recall_precision.set", "standing.declared"):
+        return Outcome("applied")
+    return Outcome("applied", id=p["id"])
+
+
+def apply_all(state: DecisionState, records: Iterable[tuple[int, dict[str, Any]]]) -> DecisionState:
+    for offset, ev in records:
+        state.apply_event(offset, ev)
+    return state

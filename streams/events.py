@@ -1,0 +1,169 @@
+"""The event model: one versioned envelope for every accepted write.
+
+Events are the source of truth. They are validated once, when the decider creates them, and
+encoded with orjson; folds read them back as plain dicts (``decode``) because replay speed is
+a promise (DESIGN, "Replay") and re-validating every historical event would cost it.
+Schema changes bump ``SCHEMA_VERSION``; a fold must keep reading every version it ever wrote.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+import numpy as np
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION: Final = 1
+
+EventType = Literal[
+    "memory.stored",
+    "memory.updated",
+    "memory.deleted",
+    "memory.locked",
+    "memory.unlocked",
+    "memory.reembedded",
+    "episode.archived",
+    "episode.deleted",
+    "profile.updated",
+    "associations.declared",
+    "associations.retracted",
+    "standing.declared",
+    "recall_precision.set",
+    "agent_data.deleted",
+]
+
+EVENT_TYPES: Final[frozenset[str]] = frozenset(EventType.__args__)  # type: ignore[attr-defined]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Scope(_Frozen):
+    """Where a write lands. ``agent_id`` is the partition key; '' is the global pool."""
+
+    agent_id: str = Field(min_length=1, max_length=256)
+    project_id: str = Field(default="", max_length=256)
+    channel: str = Field(default="", max_length=256)
+
+
+class Actor(_Frozen):
+    """Who asked: the authenticated client, the agent it spoke for, and its session."""
+
+    client_id: str = Field(default="anonymous", max_length=256)
+    agent_id: str = Field(default="", max_length=256)
+    session_id: str = Field(default="", max_length=256)
+
+
+class Embedding(_Frozen):
+    """A vector carried inside an event, so replay never calls the model.
+
+    Stored as base64 of little-endian float32: a 384-d vector is 2 KB instead of ~7 KB of
+    JSON floats, and decoding it is a memcpy rather than a float parse per component.
+    """
+
+    model: str
+    dim: int = Field(gt=0)
+    dtype: Literal["f32"] = "f32"
+    data: str
+
+    @classmethod
+    def from_vector(cls, model: str, vector: np.ndarray) -> Embedding:
+        v = np.ascontiguousarray(vector, dtype="<f4").reshape(-1)
+        return cls(model=model, dim=int(v.shape[0]), data=base64.b64encode(v.tobytes()).decode())
+
+    def vector(self) -> np.ndarray:
+        return embedding_vector(self.model_dump())
+
+
+def embedding_vector(raw: dict[str, Any]) -> np.ndarray:
+    """Decode an embedding from its encoded (dict) form, as folds see it."""
+    v = np.frombuffer(base64.b64decode(raw["data"]), dtype="<f4")
+    if v.shape[0] != raw["dim"]:
+        raise ValueError(f"embedding has {v.shape[0]} components, header says {raw['dim']}")
+    return v
+
+
+class Event(_Frozen):
+    """The envelope. ``payload`` is a dict whose shape ``type`` names (see ``payloads``)."""
+
+    id: str
+    type: EventType
+    v: int = SCHEMA_VERSION
+    scope: Scope
+    actor: Actor
+    occurred_at: datetime
+    command_id: str
+    payload: dict[str, Any]
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.model_dump())
+
+
+class AuditRecord(_Frozen):
+    """A command that appended no event: refused (with why) or skipped (with the existing id).
+
+    Kept apart from the event log so a rejected input never moves the event log's end offset,
+    yet every refusal is answerable later (H4), and a retried command id gets its first
+    outcome back (W9) even when that outcome changed nothing.
+    """
+
+    id: str
+    kind: Literal["refused", "skipped"]
+    command: str
+    command_id: str
+    scope: Scope
+    actor: Actor
+    occurred_at: datetime
+    outcome: dict[str, Any]
+    request: dict[str, Any] = Field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.model_dump())
+
+
+def new_id() -> str:
+    """Event and record ids: random 128-bit, unique without coordination across processes."""
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def decode(value: bytes) -> dict[str, Any]:
+    """Read an encoded event or audit record back as a dict (the form folds consume)."""
+    decoded: dict[str, Any] = orjson.loads(value)
+    return decoded
+
+
+def parse_time(raw: str) -> datetime:
+    """Parse an encoded timestamp (orjson writes RFC 3339); naive stamps are UTC."""
+    t = datetime.fromisoformat(raw)
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def mem_ref(memory_id: int) -> str:
+    return f"mem:{memory_id}"
+
+
+def ep_ref(episode_id: int) -> str:
+    return f"ep:{episode_id}"
+
+
+def parse_ref(ref: str | int) -> tuple[Literal["mem", "ep"], int]:
+    """Refs are ``mem:<id>`` or ``ep:<id>``; a bare integer is a memory id."""
+    if isinstance(ref, bool):
+        raise ValueError(f"not a ref: {ref!r}")
+    if isinstance(ref, int):
+        return "mem", ref
+    kind, sep, rest = str(ref).partition(":")
+    if not sep:
+        kind, rest = "mem", str(ref)
+    if kind not in ("mem", "ep") or not rest.isdigit():
+        raise ValueError(f"not a ref: {ref!r} (expected mem:<id> or ep:<id>)")
+    return kind, int(rest)  # type: ignore[return-value]

@@ -1,0 +1,158 @@
+"""Property tests of the decision fold: any command sequence, replayed, gives the same state
+and the same answers (issue 2, "Property tests")."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memstream.streams import commands as c
+from memstream.streams.decision import DecideContext, DecisionState, Limits, decide
+from memstream.streams.events import Actor, Scope, decode
+from memstream.streams.log import partition_for
+
+PARTITIONS = 4
+AGENTS = ["alice", "bob"]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+scopes = st.builds(
+    Scope,
+    agent_id=st.sampled_from(AGENTS),
+    project_id=st.sampled_from(["", "p1"]),
+    channel=st.sampled_from(["", "c1"]),
+)
+contents = st.sampled_from(["alpha", "beta", "gamma", " ", "delta " * 3])
+msg_ids = st.one_of(st.none(), st.sampled_from(["m1", "m2", "m3"]))
+ids = st.integers(min_value=0, max_value=40)
+
+
+def _cmd(kind: str, scope: Scope, content: str, msg_id: str | None, ident: int, cid: str) -> c.Command:
+    base: dict[str, Any] = {"command_id": cid, "scope": scope, "actor": Actor(client_id="t"), "received_at": T0}
+    if kind == "store":
+        return c.StoreMemory(content=content, msg_id=msg_id, **base)
+    if kind == "update":
+        return c.UpdateMemory(memory_id=ident, content=content, **base)
+    if kind == "delete":
+        return c.DeleteMemory(memory_id=ident, **base)
+    if kind == "lock":
+        return c.LockMemory(memory_id=ident, **base)
+    if kind == "unlock":
+        return c.UnlockMemory(memory_id=ident, **base)
+    if kind == "episode":
+        return c.ArchiveEpisode(summary=content, **base)
+    if kind == "delete_episode":
+        return c.DeleteEpisode(episode_id=ident, **base)
+    if kind == "profile":
+        return c.UpdateProfile(content=content, **base)
+    if kind == "standing":
+        return c.DeclareStanding(ref=f"mem:{ident}", standing="noise", **base)
+    return c.DeleteAgentData(**base)
+
+
+command_specs = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["store"] * 6 + ["update", "delete", "lock", "unlock", "episode", "delete_episode", "profile", "standing", "wipe"]
+        ),
+        scopes,
+        contents,
+        msg_ids,
+        ids,
+        st.integers(min_value=0, max_value=30),  # command id: small range so retries happen
+    ),
+    max_size=60,
+)
+
+
+class _Ids:
+    def __init__(self) -> None:
+        self._n = itertools.count()
+
+    def __call__(self) -> str:
+        return f"e{next(self._n)}"
+
+
+def run(specs: list[tuple[Any, ...]]) -> tuple[DecisionState, list[Any], list[Any], list[dict[str, Any]]]:
+    state = DecisionState(PARTITIONS)
+    events: list[Any] = []
+    audits: list[Any] = []
+    answers = []
+    new_id = _Ids()
+    for i, (kind, scope, content, msg_id, ident, cid) in enumerate(specs):
+        cmd = _cmd(kind, scope, content, msg_id, ident, f"cmd-{cid}")
+        cmd = cmd.model_copy(update={"received_at": T0 + timedelta(seconds=i)})
+        d = decide(state, cmd, DecideContext(partition_for(scope.agent_id, PARTITIONS), Limits(), new_id))
+        for ev in d.events:
+            raw = decode(ev.encode())
+            state.apply_event(len(events), raw)
+            events.append(raw)
+        if d.audit is not None:
+            raw = decode(d.audit.encode())
+            state.apply_audit(len(audits), raw)
+            audits.append((len(events) - 1, raw))
+        answers.append(d.outcome.to_dict())
+    return state, events, audits, answers
+
+
+@settings(max_examples=200, deadline=None)
+@given(command_specs)
+def test_replay_gives_the_same_state(specs: list[tuple[Any, ...]]) -> None:
+    live, events, audits, _ = run(specs)
+    replayed = DecisionState(PARTITIONS)
+    pending = list(enumerate(audits))
+    for off, ev in enumerate(events):
+        while pending and pending[0][1][0] < off:
+            a_off, (_, rec) = pending.pop(0)
+            replayed.apply_audit(a_off, rec)
+        replayed.apply_event(off, ev)
+    for a_off, (_, rec) in pending:
+        replayed.apply_audit(a_off, rec)
+    assert replayed.digest() == live.digest()
+    restored = DecisionState.from_snapshot(live.to_snapshot())
+    assert restored.digest() == live.digest()
+
+
+@settings(max_examples=200, deadline=None)
+@given(command_specs)
+def test_same_log_same_answers(specs: list[tuple[Any, ...]]) -> None:
+    _, events1, audits1, answers1 = run(specs)
+    _, events2, audits2, answers2 = run(specs)
+    assert answers1 == answers2
+    strip = lambda evs: [{k: v for k, v in e.items() if k != "id"} for e in evs]  # noqa: E731
+    assert strip(events1) == strip(events2)
+    assert strip([a for _, a in audits1]) == strip([a for _, a in audits2])
+
+
+@settings(max_examples=150, deadline=None)
+@given(command_specs)
+def test_retried_command_returns_first_outcome_and_appends_nothing(specs: list[tuple[Any, ...]]) -> None:
+    state, _, _, answers = run(specs)
+    first: dict[tuple[str, str], dict[str, Any]] = {}
+    for spec, answer in zip(specs, answers, strict=True):
+        first.setdefault((spec[1].agent_id, f"cmd-{spec[5]}"), answer)
+    for kind, scope, content, msg_id, ident, cid in specs:
+        cmd = _cmd(kind, scope, "a different text", msg_id, ident, f"cmd-{cid}")
+        d = decide(state, cmd, DecideContext(partition_for(scope.agent_id, PARTITIONS), Limits(), _Ids()))
+        assert d.events == [] and d.audit is None
+        assert d.outcome.to_dict() == first[(scope.agent_id, f"cmd-{cid}")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(command_specs)
+def test_dedup_invariants_hold(specs: list[tuple[Any, ...]]) -> None:
+    state, _, _, _ = run(specs)
+    for agent in AGENTS:
+        st_ = state.agent(agent)
+        seen_msg: set[tuple[str, str]] = set()
+        seen_content: set[tuple[str, str, bytes]] = set()
+        for f in st_.memories.values():
+            if f.msg_id is not None:
+                assert (f.project, f.msg_id) not in seen_msg, "two live memories share a msg_id"
+                seen_msg.add((f.project, f.msg_id))
+            key = (f.project, f.channel, f.content_key)
+            assert key not in seen_content, "two live memories share content in one bucket"
+            seen_content.add(key)
