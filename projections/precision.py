@@ -10,17 +10,24 @@ from typing import Any
 class PrecisionProjection:
     name: str = "precision"
     offset: int = -1
-    levels: dict[str, str] = field(default_factory=dict)
+    # agent -> (level, beta); an agent without an entry follows the global default.
+    overrides: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def apply(self, offset: int, ev: dict[str, Any]) -> None:
-        if ev["type"] == "recall_precision.set":
-            self.levels[ev["scope"]["agent_id"]] = ev["payload"]["level"]
+        if ev["type"] != "recall_precision.set":
+            return
+        agent = ev["scope"]["agent_id"]
+        p = ev["payload"]
+        if p["level"] is None:
+            self.overrides.pop(agent, None)
+        else:
+            self.overrides[agent] = (p["level"], float(p["beta"]))
 
-    def level(self, agent_id: str, default: str = "balanced") -> str:
-        return self.levels.get(agent_id, default)
+    def of(self, agent_id: str) -> tuple[str, float] | None:
+        return self.overrides.get(agent_id)
 
     def to_snapshot(self) -> dict[str, Any]:
-        return {"levels": dict(sorted(self.levels.items()))}
+        return {"overrides": {k: list(v) for k, v in sorted(self.overrides.items())}}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
-        self.levels = dict(body["levels"])
+        self.overrides = {k: (v[0], float(v[1])) for k, v in body["overrides"].items()}

@@ -20,6 +20,7 @@ class MemoryRow:
     channel: str
     content: str
     msg_id: str | None
+    source: dict[str, Any]
     metadata: dict[str, Any]
     created_at: str
     updated_at: str
@@ -36,7 +37,8 @@ class EpisodeRow:
     project_id: str
     channel: str
     summary: str
-    keywords: list[str]
+    keywords: str
+    resolved: bool | None
     start_time: str | None
     end_time: str | None
     metadata: dict[str, Any]
@@ -77,10 +79,12 @@ class MemoriesProjection:
                 channel=s["channel"],
                 content=p["content"],
                 msg_id=p.get("msg_id"),
+                source=p.get("source") or {},
                 metadata=p.get("metadata") or {},
                 created_at=ev["occurred_at"],
                 updated_at=ev["occurred_at"],
                 timestamp=p.get("timestamp"),
+                locked=bool(p.get("locked", False)),
                 author=ev["actor"]["client_id"],
                 embedding_model=_model(p),
             )
@@ -148,7 +152,8 @@ class EpisodesProjection:
                 project_id=s["project_id"],
                 channel=s["channel"],
                 summary=p["summary"],
-                keywords=list(p.get("keywords") or []),
+                keywords=p.get("keywords") or "",
+                resolved=p.get("resolved"),
                 start_time=p.get("start_time"),
                 end_time=p.get("end_time"),
                 metadata=p.get("metadata") or {},

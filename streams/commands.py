@@ -10,9 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from memstream.streams.events import Actor, Embedding, Scope
+from pydantic import BaseModel, ConfigDict, Field
 
 Standing = Literal["fact", "open", "noise", "ruled-out"]
 Precision = Literal["strict", "balanced", "lenient"]
@@ -32,10 +31,13 @@ class StoreMemory(Command):
     name: ClassVar[str] = "store"
     content: str
     msg_id: str | None = None
+    # Who produced the content ({type, id, name}); content dedup is per source id.
+    source: dict[str, Any] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
     embedding: Embedding | None = None
     # The instant the memory describes, when the caller knows it (imports, transcripts).
     timestamp: datetime | None = None
+    lock: bool = False
 
 
 class UpdateMemory(Command):
@@ -64,7 +66,8 @@ class UnlockMemory(Command):
 class ArchiveEpisode(Command):
     name: ClassVar[str] = "archive_episode"
     summary: str
-    keywords: list[str] = Field(default_factory=list)
+    keywords: str = ""
+    resolved: bool | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -88,7 +91,9 @@ class DeleteAgentData(Command):
 
 class SetRecallPrecision(Command):
     name: ClassVar[str] = "set_recall_precision"
-    level: Precision
+    # A named level, "custom" (a raw beta), or None to clear the agent's override.
+    level: Literal["strict", "balanced", "lenient", "custom"] | None
+    beta: float = Field(gt=0)
 
 
 class DeclareStanding(Command):

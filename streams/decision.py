@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
-
 from memstream.streams import commands as c
 from memstream.streams.events import AuditRecord, Event, EventType, parse_ref
 
@@ -31,7 +30,7 @@ COMMAND_MEMO_PER_AGENT: Final = 50_000
 class Limits:
     max_content_chars: int = 100_000
     max_metadata_bytes: int = 64_000
-    max_keywords: int = 256
+    max_keywords_chars: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +66,7 @@ class MemoryFacts:
     channel: str
     msg_id: str | None
     content_key: bytes
+    source_id: str = ""
     locked: bool = False
 
 
@@ -97,6 +97,11 @@ class AgentDecisionState:
             del self.by_content[key]
 
 
+def source_id_of(source: Any) -> str:
+    """The part of a source that content dedup compares: its id (``""`` when anonymous)."""
+    return str(source.get("id") or "") if isinstance(source, dict) else ""
+
+
 def content_key(content: str) -> bytes:
     """Content dedup compares a 128-bit digest, so the fold never holds the texts."""
     return hashlib.blake2b(content.encode("utf-8", "surrogatepass"), digest_size=16).digest()
@@ -118,18 +123,16 @@ class DecisionState:
             st = self.agents[agent_id] = AgentDecisionState()
         return st
 
-    def allocate_id(self, partition: int) -> int:
-        """Ids are ``seq * partitions + partition``: unique across partitions, no coordination."""
-        seq = self.next_seq[partition]
-        self.next_seq[partition] = seq + 1
-        return seq * self.num_partitions + partition
+    def peek_id(self, partition: int) -> int:
+        """The id the partition's next record gets: ``seq * partitions + partition + 1``.
 
-    def peek_id(self, partition: int, ahead: int = 0) -> int:
-        return (self.next_seq[partition] + ahead) * self.num_partitions + partition
+        Unique across partitions without coordination (each partition owns one residue), never
+        0, and allocated by folding the event that uses it, so replay re-derives it exactly."""
+        return self.next_seq[partition] * self.num_partitions + partition + 1
 
     def _saw_id(self, ident: int) -> None:
-        p = ident % self.num_partitions
-        seq = ident // self.num_partitions
+        p = (ident - 1) % self.num_partitions
+        seq = (ident - 1) // self.num_partitions
         if seq >= self.next_seq[p]:
             self.next_seq[p] = seq + 1
 
@@ -147,7 +150,12 @@ class DecisionState:
             self._saw_id(mid)
             scope = ev["scope"]
             facts = MemoryFacts(
-                scope["project_id"], scope["channel"], p.get("msg_id"), content_key(p["content"])
+                scope["project_id"],
+                scope["channel"],
+                p.get("msg_id"),
+                content_key(p["content"]),
+                source_id_of(p.get("source")),
+                bool(p.get("locked", False)),
             )
             st.memories[mid] = facts
             if facts.msg_id is not None:
@@ -197,7 +205,7 @@ class DecisionState:
             st = self.agents[name]
             agents[name] = {
                 "memories": [
-                    [mid, f.project, f.channel, f.msg_id, f.content_key.hex(), f.locked]
+                    [mid, f.project, f.channel, f.msg_id, f.content_key.hex(), f.source_id, f.locked]
                     for mid, f in sorted(st.memories.items())
                 ],
                 "episodes": sorted(st.episodes),
@@ -220,8 +228,8 @@ class DecisionState:
         state.audit_offset = snap["audit_offset"]
         for name, a in snap["agents"].items():
             st = state.agent(name)
-            for mid, project, channel, msg_id, key, locked in a["memories"]:
-                facts = MemoryFacts(project, channel, msg_id, bytes.fromhex(key), locked)
+            for mid, project, channel, msg_id, key, source_id, locked in a["memories"]:
+                facts = MemoryFacts(project, channel, msg_id, bytes.fromhex(key), source_id, locked)
                 st.memories[mid] = facts
             # Index maps are rebuilt in id order, the order the fold first saw them.
             for mid, f in sorted(st.memories.items()):
@@ -270,9 +278,7 @@ def _event(cmd: c.Command, ctx: DecideContext, type_: EventType, payload: dict[s
 
 
 def _audit(cmd: c.Command, ctx: DecideContext, outcome: Outcome) -> AuditRecord:
-    request = cmd.model_dump(
-        exclude={"command_id", "scope", "actor", "received_at", "embedding"}, mode="json"
-    )
+    request = cmd.model_dump(exclude={"command_id", "scope", "actor", "received_at", "embedding"}, mode="json")
     for key in ("content", "summary"):
         if isinstance(request.get(key), str) and len(request[key]) > 512:
             request[key] = request[key][:512] + f"…[{len(request[key]) - 512} more chars]"
@@ -294,8 +300,10 @@ def _refuse(cmd: c.Command, ctx: DecideContext, error: str, reason: str) -> Deci
     return Decision(out, audit=_audit(cmd, ctx, out))
 
 
-def _skip(cmd: c.Command, ctx: DecideContext, existing: int, reason: str) -> Decision:
-    out = Outcome("skipped", id=existing, reason=reason)
+def _skip(
+    cmd: c.Command, ctx: DecideContext, existing: int, reason: str, detail: dict[str, Any] | None = None
+) -> Decision:
+    out = Outcome("skipped", id=existing, reason=reason, detail=detail or {})
     return Decision(out, audit=_audit(cmd, ctx, out))
 
 
@@ -358,22 +366,44 @@ def _decide_store(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: D
         for pj in visible_projects(project):
             hit = st.by_msg.get((pj, cmd.msg_id))
             if hit is not None:
-                return _skip(cmd, ctx, hit, "duplicate msg_id")
+                return _skip_store(cmd, ctx, st, hit, "duplicate msg_id")
     key = content_key(cmd.content)
+    source_id = source_id_of(cmd.source)
     for pj in visible_projects(project):
-        for ch in ((channel,) if channel == "" else (channel, "")):
+        for ch in (channel,) if channel == "" else (channel, ""):
             hit = st.by_content.get((pj, ch, key))
-            if hit is not None:
-                return _skip(cmd, ctx, hit, "duplicate content")
+            if hit is None:
+                continue
+            if st.memories[hit].source_id == source_id:
+                return _skip_store(cmd, ctx, st, hit, "duplicate content")
+            if (pj, ch) == (project, channel):
+                # One copy per bucket: the same text from another source is refused, not merged.
+                return _refuse(
+                    cmd,
+                    ctx,
+                    "conflict",
+                    "this content is already stored under a different source id in the same agent, project and "
+                    "channel; one copy is kept per bucket, so it was not stored for this source",
+                )
     payload = {
         "id": state.peek_id(ctx.partition),
         "content": cmd.content,
         "msg_id": cmd.msg_id,
+        "source": cmd.source,
         "metadata": cmd.metadata,
         "timestamp": cmd.timestamp.isoformat() if cmd.timestamp else None,
+        "locked": cmd.lock,
         "embedding": _embedding_payload(cmd),
     }
     return _accept(cmd, ctx, ("memory.stored", payload))
+
+
+def _skip_store(cmd: Any, ctx: DecideContext, st: AgentDecisionState, hit: int, reason: str) -> Decision:
+    """A duplicate store changes nothing, except that ``lock: true`` still locks the existing
+    memory (as CPersona does): then the skip is carried by a lock event."""
+    if cmd.lock and not st.memories[hit].locked:
+        return _accept(cmd, ctx, ("memory.locked", {"id": hit, "skipped": reason}))
+    return _skip(cmd, ctx, hit, reason, {"locked": True} if cmd.lock else None)
 
 
 def _decide_update(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
@@ -388,7 +418,15 @@ def _decide_update(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: 
     twin = st.by_content.get((found.project, found.channel, content_key(cmd.content)))
     if twin is not None and twin != cmd.memory_id:
         # Two live memories in one bucket never share content, whichever path wrote them.
-        return _refuse(cmd, ctx, "conflict", f"memory {twin} already holds this content")
+        return _refuse(
+            cmd,
+            ctx,
+            "conflict",
+            (
+                f"memory {twin} in the same agent, project and channel already holds this content, "
+                "and one copy is kept per bucket"
+            ),
+        )
     payload = {
         "id": cmd.memory_id,
         "content": cmd.content,
@@ -419,14 +457,15 @@ def _decide_archive(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx:
     bad = _check_text(cmd, ctx, cmd.summary, "summary") or _check_metadata(cmd, ctx, cmd.metadata)
     if bad:
         return bad
-    if len(cmd.keywords) > ctx.limits.max_keywords:
-        return _refuse(cmd, ctx, "too_large", f"more than {ctx.limits.max_keywords} keywords")
+    if len(cmd.keywords) > ctx.limits.max_keywords_chars:
+        return _refuse(cmd, ctx, "too_large", f"keywords exceed {ctx.limits.max_keywords_chars} characters")
     if cmd.start_time and cmd.end_time and cmd.end_time < cmd.start_time:
         return _refuse(cmd, ctx, "invalid", "end_time is before start_time")
     payload = {
         "id": state.peek_id(ctx.partition),
         "summary": cmd.summary,
         "keywords": cmd.keywords,
+        "resolved": cmd.resolved,
         "start_time": cmd.start_time.isoformat() if cmd.start_time else None,
         "end_time": cmd.end_time.isoformat() if cmd.end_time else None,
         "metadata": cmd.metadata,
@@ -463,7 +502,7 @@ def _decide_delete_agent(state: DecisionState, st: AgentDecisionState, cmd: Any,
 
 
 def _decide_precision(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
-    return _accept(cmd, ctx, ("recall_precision.set", {"level": cmd.level}))
+    return _accept(cmd, ctx, ("recall_precision.set", {"level": cmd.level, "beta": cmd.beta}))
 
 
 def _decide_standing(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
@@ -518,6 +557,13 @@ def outcome_of_event(ev: dict[str, Any]) -> Outcome:
         )
     if t in ("profile.updated", "recall_precision.set", "standing.declared"):
         return Outcome("applied")
+    if t == "memory.locked" and p.get("skipped"):
+        return Outcome("skipped", id=p["id"], reason=p["skipped"], detail={"locked": True})
+    if t == "memory.stored":
+        detail = {"embedded": p.get("embedding") is not None}
+        if p.get("locked"):
+            detail["locked"] = True
+        return Outcome("applied", id=p["id"], detail=detail)
     return Outcome("applied", id=p["id"])
 
 

@@ -13,10 +13,12 @@ commit's fsync is shared by every concurrent writer (group commit).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
 from memstream.streams.commands import Command
 from memstream.streams.decision import DecideContext, DecisionState, Limits, Outcome, decide
 from memstream.streams.events import AuditRecord, decode, new_id
@@ -122,10 +124,8 @@ class EmbeddedCommandBus:
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._shutdown)
@@ -207,14 +207,13 @@ class EmbeddedCommandBus:
                 )
             if audits:
                 conn.executemany(
-                    'INSERT INTO audit("offset", partition, agent, kind, after_event, value) VALUES (?,?,?,?,?,?)', audits
+                    'INSERT INTO audit("offset", partition, agent, kind, after_event, value) VALUES (?,?,?,?,?,?)',
+                    audits,
                 )
             conn.execute("COMMIT")
         except BaseException as exc:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
             # The state already folded events that were never committed: fold it afresh.
             self.state = load_decision_state(self.log, self.snapshots)
             raise LogUnavailable(f"append failed, nothing was written: {exc}") from exc

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import orjson
-
 from memstream.streams.events import decode
 from memstream.streams.log import EventLog
 from memstream.streams.snapshots import SnapshotStore
@@ -72,10 +71,12 @@ class ProjectionRunner:
                 p.offset = body["offset"]
 
     def checkpoint(self) -> None:
-        if self.snapshots is None:
-            return
+        if self.snapshots is not None:
+            self.checkpoint_to(self.snapshots)
+
+    def checkpoint_to(self, snapshots: SnapshotStore) -> None:
         for p in self.projections:
-            self.snapshots.save(p.name, {"offset": p.offset, "state": p.to_snapshot()})
+            snapshots.save(p.name, {"offset": p.offset, "state": p.to_snapshot()})
         self._since_checkpoint = 0
 
     def catch_up(self, stop: int | None = None, progress: ProgressFn | None = None, batch: int = 5_000) -> int:

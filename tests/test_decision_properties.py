@@ -56,7 +56,8 @@ def _cmd(kind: str, scope: Scope, content: str, msg_id: str | None, ident: int, 
 command_specs = st.lists(
     st.tuples(
         st.sampled_from(
-            ["store"] * 6 + ["update", "delete", "lock", "unlock", "episode", "delete_episode", "profile", "standing", "wipe"]
+            ["store"] * 6
+            + ["update", "delete", "lock", "unlock", "episode", "delete_episode", "profile", "standing", "wipe"]
         ),
         scopes,
         contents,

@@ -1,0 +1,133 @@
+"""The engine every face shares: log, command bus, projections and embedder, opened once.
+
+Faces (MCP, HTTP, CLI) translate their wire formats into engine calls and back; they hold no
+state of their own. Reads first fold whatever the log gained since the last read (from this
+process or any other sharing the data directory), so a read issued after a write returned sees
+that write (R12) without any coordination between processes beyond the log itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+from memstream.api.settings import Settings
+from memstream.projections.history import HistoryProjection
+from memstream.projections.precision import PrecisionProjection
+from memstream.projections.records import EpisodesProjection, MemoriesProjection, ProfilesProjection
+from memstream.streams.commands import Command
+from memstream.streams.decision import Limits
+from memstream.streams.embedded_bus import EmbeddedCommandBus
+from memstream.streams.embedding import Embedder, load_embedder
+from memstream.streams.events import AuditRecord, Embedding
+from memstream.streams.log import Committed
+from memstream.streams.runner import ProjectionRunner
+from memstream.streams.snapshots import SnapshotStore
+from memstream.streams.sqlite_log import SqliteLog
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def read_models() -> list[Any]:
+    """Fresh instances of every read model this engine serves, in a fixed order."""
+    return [
+        MemoriesProjection(),
+        EpisodesProjection(),
+        ProfilesProjection(),
+        HistoryProjection(),
+        PrecisionProjection(),
+    ]
+
+
+class Engine:
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self.log = SqliteLog(settings.log_path, num_partitions=settings.partitions, synchronous=settings.sync)
+        self.snapshots = SnapshotStore(settings.snapshot_dir)
+        self.bus = EmbeddedCommandBus(
+            self.log,
+            limits=Limits(
+                max(settings.max_content_chars, settings.max_profile_chars), settings.max_metadata_chars * 4 + 1024
+            ),
+            snapshots=self.snapshots,
+            snapshot_every=settings.snapshot_every,
+        )
+        models = read_models()
+        self.memories: MemoriesProjection = models[0]
+        self.episodes: EpisodesProjection = models[1]
+        self.profiles: ProfilesProjection = models[2]
+        self.history: HistoryProjection = models[3]
+        self.precision: PrecisionProjection = models[4]
+        self.runner = ProjectionRunner(self.log, models, self.snapshots, checkpoint_every=settings.snapshot_every)
+        self._embedder = embedder
+        self._embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")
+        self._read_lock = asyncio.Lock()
+        self._started = False
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = load_embedder(url=self.settings.embedding_url, name=self.settings.embedder)
+        return self._embedder
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await self.bus.start()
+        await loop.run_in_executor(None, self._restore_projections)
+        self._started = True
+
+    def _restore_projections(self) -> None:
+        self.runner.restore()
+        self.runner.catch_up()
+
+    async def close(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        await self.bus.close()
+        try:
+            self.runner.catch_up()
+            self.runner.checkpoint()
+        except OSError as exc:
+            log.warning("could not checkpoint projections on close: %s", exc)
+        self._embed_pool.shutdown(wait=False)
+        self.log.close()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def submit(self, command: Command) -> Committed:
+        return await self.bus.submit(command)
+
+    async def refuse(self, record: AuditRecord) -> None:
+        await self.bus.record_refusal(record)
+
+    async def embed(self, texts: Sequence[str]) -> list[Embedding]:
+        """Embeddings for texts, computed off the event loop and tagged with the model."""
+        loop = asyncio.get_running_loop()
+        emb = self.embedder
+        vectors: np.ndarray = await loop.run_in_executor(self._embed_pool, emb.embed, list(texts))
+        return [Embedding.from_vector(emb.model_id, v) for v in vectors]
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def read(self, query: Callable[[], T]) -> T:
+        """Run a read against projections that include every write already acknowledged.
+
+        The tail the log gained since the last read (from this process or another sharing the
+        data directory) is folded first; a long one on a worker thread. The lock is held for
+        the query too, so no read ever sees a projection halfway through a fold.
+        """
+        async with self._read_lock:
+            end = self.log.end_offset()
+            lag = end - 1 - self.runner.offset
+            if 0 < lag < 2_000:
+                self.runner.catch_up(end)
+            elif lag > 0:
+                await asyncio.get_running_loop().run_in_executor(None, self.runner.catch_up, end)
+            return query()

@@ -1,0 +1,151 @@
+"""The HTTP face: a JSON API over the tool registry, its OpenAPI spec, and MCP at ``/mcp``.
+
+Each tool is ``POST /v1/tools/<name>`` with the tool's arguments as the JSON body; the body is
+handed to the same ``dispatch`` the MCP face uses, so both faces accept and refuse exactly the
+same inputs with exactly the same answers. The OpenAPI document is generated from the same
+argument models. Failures keep the tool's JSON shape and add an HTTP status that says what
+kind of failure it was; no input produces a 500.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, Response
+from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
+from memstream.api.engine import Engine
+from memstream.api.settings import Settings
+from memstream.api.tools.dispatch import dispatch, failure
+from memstream.api.tools.registry import REGISTRY, Caller, Tool
+from memstream.streams.embedding import Embedder
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+# The HTTP status a failure maps to, by the leading word of its ``error`` (or store's reason).
+_STATUS_BY_ERROR = {
+    "invalid": 400,
+    "unknown tool": 404,
+    "not_found": 404,
+    "permission_denied": 403,
+    "locked": 409,
+    "conflict": 409,
+    "too_large": 413,
+    "log_unavailable": 503,
+    "embedding_unavailable": 503,
+    "internal error": 500,
+}
+
+
+def status_for(body: dict[str, Any]) -> int:
+    if body.get("ok") is not False:
+        return 200
+    code = body.get("code")
+    if isinstance(code, str) and code in _STATUS_BY_ERROR:
+        return _STATUS_BY_ERROR[code]
+    error = str(body.get("error", ""))
+    for prefix, status in _STATUS_BY_ERROR.items():
+        if error.startswith(prefix):
+            return status
+    return 400
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def caller_of(request: Request) -> Caller:
+    client = request.headers.get("x-client-id") or "anonymous"
+    return Caller(client_id=client[:256], session_id=(request.headers.get("x-session-id") or "")[:256])
+
+
+def _tool_route(app: FastAPI, tool: Tool) -> None:
+    async def run(request: Request) -> Response:
+        raw = await request.body()
+        try:
+            args = orjson.loads(raw) if raw.strip() else {}
+        except orjson.JSONDecodeError as exc:
+            return json_response(failure(f"invalid JSON body: {exc}"), 400)
+        body = await dispatch(request.app.state.engine, caller_of(request), tool.name, args)
+        return json_response(body, status_for(body))
+
+    app.add_api_route(
+        f"/v1/tools/{tool.name}",
+        run,
+        methods=["POST"],
+        name=tool.name,
+        summary=tool.description.split("\n", 1)[0][:120],
+        description=tool.description,
+        tags=["admin" if tool.admin else "writes" if tool.writes else "reads"],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": tool.args.model_json_schema()}},
+            }
+        },
+    )
+
+
+def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp: bool = True) -> FastAPI:
+    """The ASGI app; its lifespan opens and closes the engine."""
+    eng = Engine(settings, embedder=embedder)
+    mcp_app = mcp_lifespan = None
+    if with_mcp:
+        from memstream.api.mcp_server import streamable_http_app
+
+        mcp_app, mcp_lifespan = streamable_http_app(eng)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await eng.start()
+        app.state.engine = eng
+        try:
+            if mcp_lifespan is not None:
+                async with mcp_lifespan():
+                    yield
+            else:
+                yield
+        finally:
+            await eng.close()
+
+    app = FastAPI(
+        title="memstream",
+        version="0.1.0",
+        description="Event-sourced memory for fleets of AI agents. Every tool is also served over MCP at /mcp.",
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        return json_response(failure(f"invalid request: {exc.errors()[:3]}"), 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return json_response(failure(str(exc.detail)), exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s", request.url.path)
+        return json_response(failure("internal error; the server log has the details"), 500)
+
+    for tool in sorted(REGISTRY.values(), key=lambda t: t.name):
+        _tool_route(app, tool)
+
+    @app.get("/health", tags=["reads"])
+    async def health(request: Request) -> Response:
+        body = await dispatch(request.app.state.engine, caller_of(request), "check_health", {})
+        return json_response(body, 200 if body.get("status") in ("ok", "healthy") else 503)
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse("<p>memstream: see <a href='/docs'>/docs</a>; MCP at /mcp</p>")
+
+    if mcp_app is not None:
+        app.mount("/mcp", mcp_app)
+    return app

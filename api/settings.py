@@ -1,0 +1,81 @@
+"""One typed settings object, read from ``MEMSTREAM_*`` environment variables.
+
+Every knob has one name and one default here, so the CLI, the servers and the tests agree on
+what a deployment is running with. Knob names follow CPersona's with the ``MEMSTREAM_``
+prefix where the two share a meaning.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+def default_data_dir() -> Path:
+    return Path.home() / ".local" / "share" / "memstream"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    partitions: int = Field(default=16, ge=1, le=4096)
+    # FULL: an acknowledged write survives power loss; NORMAL: it survives a process crash.
+    sync: str = Field(default="FULL", pattern="^(FULL|NORMAL)$")
+    # Content past this is cut and reported (truncated: true), as CPersona's 16000 cap is.
+    max_content_chars: int = Field(default=16_000, ge=1)
+    max_profile_chars: int = Field(default=2_000, ge=1)
+    # Serialised metadata (and source) past this is refused, not cut.
+    max_metadata_chars: int = Field(default=8_000, ge=0)
+    snapshot_every: int = Field(default=100_000, ge=1)
+    embedding_url: str | None = None
+    embedder: str | None = None
+    # How long a read waits for the projections to reach the caller's own write (R12).
+    read_your_writes_timeout_s: float = Field(default=5.0, gt=0)
+    acl_file: Path | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "log.sqlite3"
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return self.data_dir / "snapshots"
+
+
+_ENV = {
+    "data_dir": "MEMSTREAM_DATA_DIR",
+    "partitions": "MEMSTREAM_PARTITIONS",
+    "sync": "MEMSTREAM_SYNC",
+    "max_content_chars": "MEMSTREAM_MAX_CONTENT_LENGTH",
+    "max_profile_chars": "MEMSTREAM_MAX_PROFILE_LENGTH",
+    "max_metadata_chars": "MEMSTREAM_MAX_METADATA_CHARS",
+    "snapshot_every": "MEMSTREAM_SNAPSHOT_EVERY",
+    "embedding_url": "MEMSTREAM_EMBEDDING_URL",
+    "embedder": "MEMSTREAM_EMBEDDER",
+    "read_your_writes_timeout_s": "MEMSTREAM_READ_YOUR_WRITES_TIMEOUT",
+    "acl_file": "MEMSTREAM_ACL_FILE",
+}
+
+
+class SettingsError(Exception):
+    pass
+
+
+def load_settings(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
+    """Settings from the environment, then explicit overrides; a bad value names its variable."""
+    source = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for field, var in _ENV.items():
+        raw = source.get(var)
+        if raw not in (None, ""):
+            values[field] = raw
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        problems = "; ".join(f"{_ENV.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}" for e in exc.errors())
+        raise SettingsError(f"invalid settings: {problems}") from None

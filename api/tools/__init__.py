@@ -1,0 +1,3 @@
+"""Every tool memstream serves. Importing this package registers them all."""
+
+from memstream.api.tools import reads, writes  # noqa: F401

@@ -1,0 +1,96 @@
+"""The one entry point faces use to run a tool by name with untrusted arguments."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from memstream.api.tools.registry import REGISTRY, Caller
+from memstream.streams.embedded_bus import LogUnavailable
+from memstream.streams.embedding import EmbeddingError
+from memstream.streams.events import Actor, AuditRecord, Scope, new_id, utcnow
+from pydantic import ValidationError
+
+log = logging.getLogger(__name__)
+
+
+def failure(error: str, **extra: Any) -> dict[str, Any]:
+    return {"ok": False, "error": error, **extra}
+
+
+def describe_validation(exc: ValidationError) -> str:
+    parts = []
+    for e in exc.errors(include_url=False, include_input=False):
+        where = ".".join(str(x) for x in e["loc"]) or "arguments"
+        parts.append(f"{where}: {e['msg']}")
+    return "; ".join(parts[:8])
+
+
+def list_tools() -> list[dict[str, Any]]:
+    """Every tool as MCP's tools/list describes it."""
+    return [
+        {"name": t.name, "description": t.description, "inputSchema": t.schema()}
+        for t in sorted(REGISTRY.values(), key=lambda t: t.name)
+    ]
+
+
+async def dispatch(engine: Any, caller: Caller, name: str, raw: Any) -> dict[str, Any]:
+    """Run tool ``name``. Never raises: every failure comes back as ``ok: false`` + ``error``."""
+    tool = REGISTRY.get(name)
+    if tool is None:
+        return failure(f"Unknown tool: {name}")
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        return await _refuse(engine, caller, name, raw, "arguments must be a JSON object")
+    try:
+        args = tool.args.model_validate(raw)
+    except ValidationError as exc:
+        return await _refuse(engine, caller, name, raw, f"invalid arguments: {describe_validation(exc)}")
+    try:
+        return await tool.handler(engine, caller, args)
+    except LogUnavailable as exc:
+        log.error("tool %s: log unavailable: %s", name, exc)
+        return failure(f"log_unavailable: {exc}")
+    except EmbeddingError as exc:
+        log.error("tool %s: embedding failed: %s", name, exc)
+        return failure(f"embedding_unavailable: {exc}")
+    except Exception:
+        log.exception("tool %s failed", name)
+        return failure("internal error; the server log has the details")
+
+
+async def _refuse(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:
+    """Bad input changes nothing but the audit trail: who sent what, and why it was refused."""
+    agent = raw.get("agent_id") if isinstance(raw, dict) else None
+    record = AuditRecord(
+        id=new_id(),
+        kind="refused",
+        command=name,
+        command_id=(raw.get("command_id") if isinstance(raw, dict) and isinstance(raw.get("command_id"), str) else None)
+        or new_id(),
+        scope=Scope(agent_id=agent if isinstance(agent, str) and 0 < len(agent) <= 256 else "-"),
+        actor=Actor(client_id=caller.client_id, session_id=caller.session_id),
+        occurred_at=utcnow(),
+        outcome={"result": "rejected", "error": "invalid", "reason": why},
+        request=_summarize(raw),
+    )
+    try:
+        await engine.refuse(record)
+    except Exception as exc:  # auditing must not turn a clean refusal into a crash
+        log.error("could not audit a refused %s call: %s", name, exc)
+    if name == "store":
+        return {"ok": False, "result": "rejected", "reason": why}
+    return failure(why)
+
+
+def _summarize(raw: Any, limit: int = 512) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        return {"_raw": repr(raw)[:limit]}
+    out: dict[str, Any] = {}
+    for k, v in list(raw.items())[:32]:
+        text = v if isinstance(v, str | int | float | bool) or v is None else repr(v)
+        if isinstance(text, str) and len(text) > limit:
+            text = text[:limit] + "…"
+        out[str(k)[:64]] = text
+    return out

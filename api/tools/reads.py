@@ -1,0 +1,365 @@
+"""Read tools over the simple read models: contents, listings, profile, precision, history,
+audit and health. Successful reads carry no ``ok`` (CPersona's rule); failures do."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from memstream.api.tools.common import Flag, sql_time
+from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
+from memstream.api.tools.writes import BETAS, GLOBAL_PRECISION
+from memstream.api.views import audit_entry, history_entry
+from memstream.projections.records import EpisodeRow, MemoryRow
+from memstream.streams.events import parse_ref
+from pydantic import Field, StrictInt, StrictStr
+
+GET_CONTENTS_BUDGET = 40_000
+LIST_CAP = 500
+
+Pair = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=2, max_length=2)]
+
+
+class RangeRef(ToolArgs):
+    ref: StrictStr
+    node: Annotated[StrictInt, Field(ge=0)] | Pair | None = None
+    block: Annotated[StrictInt, Field(ge=0)] | Pair | None = None
+    span: Pair | None = None
+    revision: StrictStr | None = None
+
+
+class GetContentsArgs(ToolArgs):
+    agent_id: StrictStr = Field(description="Owner: another agent's refs come back in `missing`.")
+    refs: list[StrictStr | RangeRef] = Field(max_length=20, description="'mem:<id>' / 'ep:<id>' refs or range objects.")
+
+
+def memory_timestamp(row: MemoryRow) -> str:
+    return row.timestamp or row.created_at
+
+
+def _item(kind: str, row: MemoryRow | EpisodeRow) -> tuple[dict[str, Any], str]:
+    if isinstance(row, MemoryRow):
+        item: dict[str, Any] = {
+            "ref": f"mem:{row.id}",
+            "content": row.content,
+            "source": row.source,
+            "timestamp": memory_timestamp(row),
+        }
+        if row.msg_id is not None:
+            item["id"] = row.msg_id
+        return item, row.content
+    item = {
+        "ref": f"ep:{row.id}",
+        "content": f"[Episode] {row.summary}",
+        "source": {"System": "episode"},
+        "timestamp": row.start_time or row.created_at,
+        "resolved": row.resolved,
+    }
+    return item, row.summary
+
+
+async def get_contents(engine: Any, caller: Caller, args: GetContentsArgs) -> dict[str, Any]:
+    if not args.agent_id:
+        return {"ok": False, "error": "agent_id is required"}
+    if not args.refs:
+        return {"ok": False, "error": "refs must be a non-empty list of 'mem:<id>' / 'ep:<id>' refs or range objects"}
+
+    def query() -> dict[str, Any]:
+        items: list[dict[str, Any]] = []
+        missing: list[str] = []
+        unresolved: list[dict[str, Any]] = []
+        deferred: list[Any] = []
+        spent = 0
+        for ref in args.refs:
+            raw = ref if isinstance(ref, str) else ref.ref
+            try:
+                kind, ident = parse_ref(raw)
+            except ValueError:
+                missing.append(raw)
+                continue
+            table = engine.memories.rows if kind == "mem" else engine.episodes.rows
+            row = table.get(ident)
+            if row is None or row.agent_id != args.agent_id:
+                missing.append(raw)
+                continue
+            item, text = _item(kind, row)
+            if isinstance(ref, RangeRef):
+                if sum(x is not None for x in (ref.node, ref.block, ref.span)) > 1:
+                    unresolved.append({"ref": raw, "reason": "name at most one of node / span / block"})
+                    continue
+                if ref.node is not None or ref.block is not None:
+                    # memstream keeps no overflow tree: records are embedded whole.
+                    unresolved.append({"ref": raw, "reason": "no_current_nodes"})
+                    continue
+                if ref.span is not None:
+                    start, end = ref.span
+                    end = min(end, len(text))
+                    start = min(start, end)
+                    item["content"] = text[start:end]
+                    item["range"] = {"span": [start, end], "content_len": len(text)}
+            size = len(item["content"])
+            if items and spent + size > GET_CONTENTS_BUDGET:
+                deferred.append(ref if isinstance(ref, str) else ref.model_dump(exclude_none=True))
+                continue
+            spent += size
+            items.append(item)
+        body: dict[str, Any] = {"items": items, "missing": missing, "count": len(items)}
+        if unresolved:
+            body["unresolved"] = unresolved
+        if deferred:
+            body["deferred"] = deferred
+            body["budget_chars"] = GET_CONTENTS_BUDGET
+        return body
+
+    return await engine.read(query)
+
+
+class ListArgs(ToolArgs):
+    agent_id: StrictStr | None = Field(default=None, description="The agent; empty or omitted lists every agent.")
+    limit: StrictInt = Field(default=100, ge=1, le=1_000_000, description="Most rows to return (capped at 500).")
+    project_id: StrictStr | None = Field(
+        default=None, max_length=256, description="Omit: no filter; '': global pool only; 'X': X and the global pool."
+    )
+
+
+def _in_project(project: str, wanted: str | None) -> bool:
+    return wanted is None or project == wanted or project == ""
+
+
+def _newest_first(rows: list[Any], args: ListArgs) -> tuple[list[Any], bool]:
+    limit = min(args.limit, LIST_CAP)
+    picked = []
+    for row in reversed(rows):
+        if _in_project(row.project_id, args.project_id):
+            picked.append(row)
+            if len(picked) > limit:
+                break
+    return picked[:limit], len(picked) > limit
+
+
+def _all_agents(by_agent: dict[str, dict[int, None]], table: dict[int, Any]) -> list[Any]:
+    return [table[i] for i in sorted(i for ids in by_agent.values() for i in ids)] if by_agent else []
+
+
+async def list_memories(engine: Any, caller: Caller, args: ListArgs) -> dict[str, Any]:
+    def query() -> dict[str, Any]:
+        mem = engine.memories
+        rows = mem.of_agent(args.agent_id) if args.agent_id else _all_agents(mem.by_agent, mem.rows)
+        picked, more = _newest_first(rows, args)
+        body: dict[str, Any] = {
+            "memories": [
+                {
+                    "id": r.id,
+                    "agent_id": r.agent_id,
+                    "project_id": r.project_id,
+                    "content": r.content,
+                    "source": r.source,
+                    "timestamp": memory_timestamp(r),
+                    "created_at": sql_time(r.created_at),
+                    "locked": r.locked,
+                    "channel": r.channel,
+                }
+                for r in picked
+            ],
+            "count": len(picked),
+        }
+        if more and args.limit > LIST_CAP:
+            body["budget_rows"] = LIST_CAP
+        return body
+
+    return await engine.read(query)
+
+
+class ListEpisodesArgs(ListArgs):
+    limit: StrictInt = Field(default=50, ge=1, le=1_000_000, description="Most rows to return (capped at 500).")
+
+
+async def list_episodes(engine: Any, caller: Caller, args: ListEpisodesArgs) -> dict[str, Any]:
+    def query() -> dict[str, Any]:
+        eps = engine.episodes
+        rows = eps.of_agent(args.agent_id) if args.agent_id else _all_agents(eps.by_agent, eps.rows)
+        picked, _ = _newest_first(rows, args)
+        return {
+            "episodes": [
+                {
+                    "id": r.id,
+                    "agent_id": r.agent_id,
+                    "project_id": r.project_id,
+                    "summary": r.summary,
+                    "keywords": r.keywords,
+                    "start_time": r.start_time,
+                    "end_time": r.end_time,
+                    "created_at": sql_time(r.created_at),
+                }
+                for r in picked
+            ],
+            "count": len(picked),
+        }
+
+    return await engine.read(query)
+
+
+class AgentReadArgs(ToolArgs):
+    agent_id: StrictStr = Field(description="The agent.")
+
+
+async def get_profile(engine: Any, caller: Caller, args: AgentReadArgs) -> dict[str, Any]:
+    row = await engine.read(lambda: engine.profiles.rows.get(args.agent_id))
+    return {"profile": row.content if row is not None else ""}
+
+
+async def get_recall_precision(engine: Any, caller: Caller, args: AgentReadArgs) -> dict[str, Any]:
+    if not args.agent_id:
+        return {"ok": False, "error": "agent_id is required"}
+    override = await engine.read(lambda: engine.precision.of(args.agent_id))
+    level, beta = override if override is not None else (GLOBAL_PRECISION, BETAS[GLOBAL_PRECISION])
+    return {
+        "ok": True,
+        "agent_id": args.agent_id,
+        "precision": level,
+        "beta": beta,
+        "overridden": override is not None,
+        "global_precision": GLOBAL_PRECISION,
+        "global_beta": BETAS[GLOBAL_PRECISION],
+    }
+
+
+# -- memstream's own: history and audit -------------------------------------------------------
+
+
+class HistoryArgs(ToolArgs):
+    ref: StrictStr | None = Field(default=None, description="'mem:<id>' or 'ep:<id>': that record's events.")
+    agent_id: StrictStr | None = Field(
+        default=None, description="With ref: owner check. Alone: every event of the agent, oldest first."
+    )
+    since_offset: StrictInt = Field(default=0, ge=0, description="Agent history: start at this log offset.")
+    limit: StrictInt = Field(default=1000, ge=1, le=10_000)
+
+
+async def history(engine: Any, caller: Caller, args: HistoryArgs) -> dict[str, Any]:
+    """H1: every event of a memory (or an agent), oldest first, with actor, time, offset, change."""
+    if args.ref is None and not args.agent_id:
+        return {"ok": False, "error": "give ref ('mem:<id>' / 'ep:<id>') or agent_id"}
+    if args.ref is None:
+        records = engine.log.read(args.since_offset, agent_id=args.agent_id, limit=args.limit)
+        events = [history_entry(r) for r in records]
+        return {"agent_id": args.agent_id, "events": events, "count": len(events)}
+    try:
+        kind, ident = parse_ref(args.ref)
+    except ValueError as exc:
+        return {"ok": False, "error": str(exc)}
+    ref = f"{kind}:{ident}"
+    offsets = await engine.read(lambda: list(engine.history.of(ref)))
+    events = [history_entry(r) for r in engine.log.read_offsets(offsets[: args.limit])]
+    if args.agent_id and any(e["scope"]["agent_id"] != args.agent_id for e in events):
+        events = []
+    if not events:
+        return {"ok": False, "error": f"no history for {ref}"}
+    return {"ref": ref, "events": events, "count": len(events)}
+
+
+class AuditArgs(ToolArgs):
+    agent_id: StrictStr | None = Field(default=None, description="Only this agent's records.")
+    kind: Literal["refused", "skipped", "all"] = Field(default="refused", description="Which records.")
+    since_offset: StrictInt = Field(default=0, ge=0, description="First audit offset.")
+    limit: StrictInt = Field(default=100, ge=1, le=10_000)
+
+
+async def audit_log(engine: Any, caller: Caller, args: AuditArgs) -> dict[str, Any]:
+    """H4: refused commands (who, what, why), and optionally the skipped ones."""
+    records = engine.log.read_audit(
+        args.since_offset, agent_id=args.agent_id, kind=None if args.kind == "all" else args.kind, limit=args.limit
+    )
+    entries = [audit_entry(r) for r in records]
+    return {"records": entries, "count": len(entries)}
+
+
+# -- health -----------------------------------------------------------------------------------
+
+
+class HealthArgs(ToolArgs):
+    agent_id: StrictStr | None = None
+    fix: Flag = False
+    checks: list[StrictStr] | None = None
+    session_key: Annotated[StrictStr, Field(max_length=256)] = ""
+
+
+HEALTH_CHECKS = ("log_readable", "projection_lag", "log_integrity")
+
+
+async def check_health(engine: Any, caller: Caller, args: HealthArgs) -> dict[str, Any]:
+    wanted = list(args.checks or ["log_readable", "projection_lag"])
+    unknown = [c for c in wanted if c not in HEALTH_CHECKS]
+    if unknown:
+        return {"ok": False, "error": f"unknown checks: {', '.join(unknown)}; known: {', '.join(HEALTH_CHECKS)}"}
+    if args.fix:
+        return {
+            "ok": False,
+            "error": "fix is not needed: every read model is rebuilt from the log with `memstream rebuild`",
+        }
+    issues: list[dict[str, Any]] = []
+    try:
+        end = engine.log.end_offset()
+        audit_end = engine.log.audit_end_offset()
+    except Exception as exc:
+        return {
+            "status": "unhealthy",
+            "checks_run": wanted,
+            "issues": [{"check": "log_readable", "severity": "critical", "detail": str(exc)}],
+        }
+
+    def stats() -> dict[str, Any]:
+        mem, eps = engine.memories, engine.episodes
+        if args.agent_id:
+            return {
+                "memories": len(mem.by_agent.get(args.agent_id, {})),
+                "episodes": len(eps.by_agent.get(args.agent_id, {})),
+                "profiles": int(args.agent_id in engine.profiles.rows),
+            }
+        return {
+            "memories": len(mem.rows),
+            "episodes": len(eps.rows),
+            "profiles": len(engine.profiles.rows),
+            "agents": len(mem.by_agent),
+        }
+
+    body = await engine.read(stats)
+    lag = end - 1 - engine.runner.offset
+    if "projection_lag" in wanted and lag > 0:
+        issues.append({"check": "projection_lag", "severity": "warn", "detail": f"read models are {lag} events behind"})
+    if "log_integrity" in wanted:
+        verdict = engine.log.connection().execute("PRAGMA quick_check").fetchone()[0]
+        if verdict != "ok":
+            issues.append({"check": "log_integrity", "severity": "critical", "detail": verdict})
+    severities = {i["severity"] for i in issues}
+    status = "unhealthy" if "critical" in severities else "degraded" if "warn" in severities else "healthy"
+    return {
+        "status": status,
+        "checks_run": wanted,
+        "issues": issues,
+        "stats": {
+            **body,
+            "log_end_offset": end,
+            "audit_end_offset": audit_end,
+            "projection_offset": engine.runner.offset,
+        },
+    }
+
+
+for _tool in (
+    Tool(
+        "get_contents", GetContentsArgs, get_contents, "Full content for recall refs (mem:<id> / ep:<id>), with ranges."
+    ),
+    Tool("list_memories", ListArgs, list_memories, "Recent memories, newest first."),
+    Tool("list_episodes", ListEpisodesArgs, list_episodes, "Recent episodes, newest first."),
+    Tool("get_profile", AgentReadArgs, get_profile, "The agent's profile ('' when none)."),
+    Tool("get_recall_precision", AgentReadArgs, get_recall_precision, "The agent's recall precision and beta."),
+    Tool("check_health", HealthArgs, check_health, "Health verdict (status) with log and read-model figures."),
+    Tool(
+        "history",
+        HistoryArgs,
+        history,
+        "Every event of a memory or an agent, oldest first (actor, time, offset, change).",
+    ),
+    Tool("audit_log", AuditArgs, audit_log, "Refused (and skipped) commands: who, what, why."),
+):
+    register(_tool)

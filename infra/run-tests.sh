@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test suite as CI runs it: lint, start the local Kafka broker, run pytest, stop the broker.
+# Long modes: MEMSTREAM_LONG_TESTS=1 raises trial counts (crash, property and fuzz tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="${VENV:-.venv}/bin"
+
+"$BIN/ruff" check .
+
+export MEMSTREAM_KAFKA_BOOTSTRAP="${MEMSTREAM_KAFKA_BOOTSTRAP:-127.0.0.1:9092}"
+export MEMSTREAM_REQUIRE_KAFKA=1
+trap 'bash infra/kafka-local.sh stop --purge || true' EXIT
+bash infra/kafka-local.sh start
+
+"$BIN/python" -m pytest -q -p no:cacheprovider "$@"
