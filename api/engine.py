@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import numpy as np
@@ -32,6 +33,10 @@ from memstream.streams.sqlite_log import SqliteLog
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# Set within a tool call when its refusal was audited by the decider, so the dispatcher does
+# not audit it a second time (and audits every other refusal itself).
+REFUSAL_AUDITED: ContextVar[bool] = ContextVar("memstream_refusal_audited", default=False)
 
 
 def read_models() -> list[Any]:
@@ -102,7 +107,10 @@ class Engine:
     # -- writes -----------------------------------------------------------------------------
 
     async def submit(self, command: Command) -> Committed:
-        return await self.bus.submit(command)
+        committed = await self.bus.submit(command)
+        if committed.outcome.result == "rejected":
+            REFUSAL_AUDITED.set(True)  # the decider already wrote this refusal's audit record
+        return committed
 
     async def refuse(self, record: AuditRecord) -> None:
         await self.bus.record_refusal(record)

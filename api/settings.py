@@ -28,6 +28,8 @@ class Settings(BaseModel):
     # Content past this is cut and reported (truncated: true), as CPersona's 16000 cap is.
     max_content_chars: int = Field(default=16_000, ge=1)
     max_profile_chars: int = Field(default=2_000, ge=1)
+    # Text past this is not cut but refused: it is a mistake or an attack, not a memory.
+    max_input_chars: int = Field(default=1_000_000, ge=1)
     # Serialised metadata (and source) past this is refused, not cut.
     max_metadata_chars: int = Field(default=8_000, ge=0)
     snapshot_every: int = Field(default=100_000, ge=1)
@@ -52,6 +54,7 @@ _ENV = {
     "sync": "MEMSTREAM_SYNC",
     "max_content_chars": "MEMSTREAM_MAX_CONTENT_LENGTH",
     "max_profile_chars": "MEMSTREAM_MAX_PROFILE_LENGTH",
+    "max_input_chars": "MEMSTREAM_MAX_INPUT_CHARS",
     "max_metadata_chars": "MEMSTREAM_MAX_METADATA_CHARS",
     "snapshot_every": "MEMSTREAM_SNAPSHOT_EVERY",
     "embedding_url": "MEMSTREAM_EMBEDDING_URL",

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from memstream.api.engine import Engine
 from memstream.api.settings import Settings, load_settings
 from memstream.api.tools.dispatch import dispatch
@@ -75,7 +74,6 @@ class ServerThread:
 
     def __init__(self, settings: Settings) -> None:
         import uvicorn
-
         from memstream.api.http_app import create_app
 
         self.port = free_port()
@@ -116,3 +114,26 @@ def http_server(settings: Settings) -> Iterator[ServerThread]:
 
 def run(coro: Any) -> Any:
     return asyncio.get_event_loop().run_until_complete(coro)
+
+
+@pytest.fixture(params=["http", "mcp"])
+async def face(request: pytest.FixtureRequest, http_server: ServerThread) -> AsyncIterator[Any]:
+    """Each contract test runs once through the HTTP API and once through MCP."""
+    from faces import HttpFace, McpFace
+
+    f = HttpFace(http_server.url) if request.param == "http" else McpFace(http_server.url)
+    try:
+        yield f
+    finally:
+        await f.close()
+
+
+def log_end(server: ServerThread) -> tuple[int, int]:
+    """(event log end, audit end) of the server's data directory, read through a second handle."""
+    from memstream.streams.sqlite_log import SqliteLog
+
+    log = SqliteLog(server.app.state.engine.settings.log_path)
+    try:
+        return log.end_offset(), log.audit_end_offset()
+    finally:
+        log.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from memstream.api.engine import REFUSAL_AUDITED
 from memstream.api.tools.registry import REGISTRY, Caller
 from memstream.streams.embedded_bus import LogUnavailable
 from memstream.streams.embedding import EmbeddingError
@@ -38,6 +39,7 @@ async def dispatch(engine: Any, caller: Caller, name: str, raw: Any) -> dict[str
     """Run tool ``name``. Never raises: every failure comes back as ``ok: false`` + ``error``."""
     tool = REGISTRY.get(name)
     if tool is None:
+        await _audit(engine, caller, name[:100], raw, "unknown tool")
         return failure(f"Unknown tool: {name}")
     if raw is None:
         raw = {}
@@ -47,8 +49,12 @@ async def dispatch(engine: Any, caller: Caller, name: str, raw: Any) -> dict[str
         args = tool.args.model_validate(raw)
     except ValidationError as exc:
         return await _refuse(engine, caller, name, raw, f"invalid arguments: {describe_validation(exc)}")
+    REFUSAL_AUDITED.set(False)
     try:
-        return await tool.handler(engine, caller, args)
+        body = await tool.handler(engine, caller, args)
+        if body.get("ok") is False and not REFUSAL_AUDITED.get():
+            await _audit(engine, caller, name, raw, str(body.get("error") or body.get("reason") or "refused"))
+        return body
     except LogUnavailable as exc:
         log.error("tool %s: log unavailable: %s", name, exc)
         return failure(f"log_unavailable: {exc}")
@@ -62,6 +68,13 @@ async def dispatch(engine: Any, caller: Caller, name: str, raw: Any) -> dict[str
 
 async def _refuse(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:
     """Bad input changes nothing but the audit trail: who sent what, and why it was refused."""
+    await _audit(engine, caller, name, raw, why)
+    if name == "store":
+        return {"ok": False, "result": "rejected", "reason": why}
+    return failure(why)
+
+
+async def _audit(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> None:
     agent = raw.get("agent_id") if isinstance(raw, dict) else None
     record = AuditRecord(
         id=new_id(),
@@ -79,9 +92,6 @@ async def _refuse(engine: Any, caller: Caller, name: str, raw: Any, why: str) ->
         await engine.refuse(record)
     except Exception as exc:  # auditing must not turn a clean refusal into a crash
         log.error("could not audit a refused %s call: %s", name, exc)
-    if name == "store":
-        return {"ok": False, "result": "rejected", "reason": why}
-    return failure(why)
 
 
 def _summarize(raw: Any, limit: int = 512) -> dict[str, Any]:

@@ -45,7 +45,38 @@ class Tool:
     input_schema: dict[str, Any] = field(default_factory=dict)
 
     def schema(self) -> dict[str, Any]:
-        return self.input_schema or self.args.model_json_schema()
+        return self.input_schema or mcp_schema(self.args)
+
+
+def _simplify(node: Any) -> Any:
+    """Pydantic's schema in the plain style MCP clients (and CPersona) use: an optional field is
+    its type with a default, not ``anyOf [T, null]``; no titles."""
+    if isinstance(node, list):
+        return [_simplify(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _simplify(v) for k, v in node.items() if k != "title"}
+    any_of = out.get("anyOf")
+    if isinstance(any_of, list):
+        non_null = [v for v in any_of if v != {"type": "null"}]
+        if len(non_null) == 1 and len(non_null) < len(any_of):
+            out.pop("anyOf")
+            out = {**non_null[0], **out}
+            if out.get("default", 0) is None:
+                out.pop("default")
+        elif len(non_null) < len(any_of):
+            out["anyOf"] = non_null
+    return out
+
+
+def mcp_schema(args: type[BaseModel]) -> dict[str, Any]:
+    schema = args.model_json_schema()
+    defs = schema.pop("$defs", None)
+    out: dict[str, Any] = _simplify(schema)
+    if defs:
+        out["$defs"] = _simplify(defs)
+    out.setdefault("required", [])
+    return out
 
 
 REGISTRY: dict[str, Tool] = {}

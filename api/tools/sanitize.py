@@ -35,6 +35,11 @@ def check_utf8(value: str, what: str) -> None:
         raise InputError(f"{what} is not valid UTF-8 (unpaired surrogate at position {exc.start})") from None
 
 
+def check_size(value: str, what: str, limit: int) -> None:
+    if len(value) > limit:
+        raise InputError(f"{what} too large ({len(value)} chars, max {limit})")
+
+
 def clean_text(text: str) -> str:
     """Strip annotations and surrounding whitespace."""
     return _ANNOTATION.sub("", text).strip()

@@ -9,10 +9,18 @@ from typing import Any
 import orjson
 from memstream.api.tools.common import Flag, Id, Name, WriteArgs, envelope
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
-from memstream.api.tools.sanitize import InputError, cap, check_utf8, clean_text, normalize_source, parse_timestamp
+from memstream.api.tools.sanitize import (
+    InputError,
+    cap,
+    check_size,
+    check_utf8,
+    clean_text,
+    normalize_source,
+    parse_timestamp,
+)
 from memstream.streams import commands as c
 from memstream.streams.decision import Outcome
-from pydantic import Field, StrictFloat, StrictInt, StrictStr
+from pydantic import Field, StrictStr, field_validator
 
 # -- store ----------------------------------------------------------------------------------
 
@@ -75,6 +83,7 @@ async def store(engine: Any, caller: Caller, args: StoreArgs) -> dict[str, Any]:
     if not content:
         return _rejected("empty content")
     try:
+        check_size(content, "content", settings.max_input_chars)
         check_utf8(content, "content")
         cleaned = clean_text(content)
         if not cleaned:
@@ -157,6 +166,7 @@ async def update_memory(engine: Any, caller: Caller, args: UpdateArgs) -> dict[s
     if not args.content.strip():
         return {"ok": False, "error": "Content cannot be empty"}
     try:
+        check_size(args.content, "content", engine.settings.max_input_chars)
         check_utf8(args.content, "content")
     except InputError as exc:
         return {"ok": False, "error": str(exc)}
@@ -218,6 +228,8 @@ async def archive_episode(engine: Any, caller: Caller, args: ArchiveArgs) -> dic
             "(and keywords) before calling archive_episode"
         )
     try:
+        check_size(args.summary, "summary", engine.settings.max_input_chars)
+        check_size(args.keywords or "", "keywords", engine.settings.max_input_chars)
         check_utf8(args.summary, "summary")
         check_utf8(args.keywords or "", "keywords")
         summary = clean_text(args.summary)
@@ -283,6 +295,7 @@ async def update_profile(engine: Any, caller: Caller, args: ProfileArgs) -> dict
     if args.profile == "":
         return fail("empty profile")
     try:
+        check_size(args.profile, "profile", engine.settings.max_input_chars)
         check_utf8(args.profile, "profile")
     except InputError as exc:
         return fail(str(exc))
@@ -331,9 +344,14 @@ GLOBAL_PRECISION = "balanced"
 class PrecisionArgs(WriteArgs):
     agent_id: Name = Field(description="The agent whose recall precision is set.")
     precision: StrictStr = Field(default="", description="strict / balanced / lenient; '' with beta <= 0 clears.")
-    beta: StrictFloat | StrictInt = Field(
-        default=0, description="Raw specificity weight; overrides precision when > 0."
-    )
+    beta: float = Field(default=0, description="Raw specificity weight; overrides precision when > 0.")
+
+    @field_validator("beta", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError("beta must be a number")
+        return v
 
 
 async def set_recall_precision(engine: Any, caller: Caller, args: PrecisionArgs) -> dict[str, Any]:
