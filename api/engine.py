@@ -115,8 +115,13 @@ class Engine:
     async def refuse(self, record: AuditRecord) -> None:
         await self.bus.record_refusal(record)
 
-    async def embed(self, texts: Sequence[str]) -> list[Embedding]:
-        """Embeddings for texts, computed off the event loop and tagged with the model."""
+    async def embed(self, texts: Sequence[str]) -> list[Embedding | None]:
+        """Embeddings for texts, computed off the event loop and tagged with the model.
+
+        With ``MEMSTREAM_EMBEDDER=none`` nothing is embedded (as CPersona's embedding mode
+        ``none``): memories are stored without vectors and found lexically only."""
+        if self.settings.embedder == "none" and self._embedder is None:
+            return [None] * len(texts)
         loop = asyncio.get_running_loop()
         emb = self.embedder
         vectors: np.ndarray = await loop.run_in_executor(self._embed_pool, emb.embed, list(texts))

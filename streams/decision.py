@@ -77,9 +77,11 @@ class AgentDecisionState:
     by_content: dict[tuple[str, str, bytes], int] = field(default_factory=dict)
     episodes: set[int] = field(default_factory=set)
     has_profile: bool = False
-    commands: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
+    # command id -> its first outcome: a dict for audited outcomes, a compact event memo
+    # (see ``memo_of_event``) for applied ones.
+    commands: OrderedDict[str, Any] = field(default_factory=OrderedDict)
 
-    def remember(self, command_id: str, outcome: dict[str, Any]) -> None:
+    def remember(self, command_id: str, outcome: Any) -> None:
         if command_id in self.commands:
             return  # the first outcome is the one a retry gets back
         self.commands[command_id] = outcome
@@ -188,7 +190,7 @@ class DecisionState:
             st.episodes.difference_update(p["episode_ids"])
             if p.get("profile"):
                 st.has_profile = False
-        st.remember(ev["command_id"], outcome_of_event(ev).to_dict())
+        st.remember(ev["command_id"], memo_of_event(t, p))
 
     def apply_audit(self, offset: int, rec: dict[str, Any]) -> None:
         if offset <= self.audit_offset:
@@ -238,7 +240,7 @@ class DecisionState:
                 st.by_content.setdefault((f.project, f.channel, f.content_key), mid)
             st.episodes = set(a["episodes"])
             st.has_profile = a["has_profile"]
-            st.commands = OrderedDict((k, v) for k, v in a["commands"])
+            st.commands = OrderedDict((k, v if isinstance(v, dict) else tuple(v)) for k, v in a["commands"])
         return state
 
     def digest(self) -> str:
@@ -266,7 +268,9 @@ class DecideContext:
 
 
 def _event(cmd: c.Command, ctx: DecideContext, type_: EventType, payload: dict[str, Any]) -> Event:
+    emb = getattr(cmd, "embedding", None)
     return Event(
+        vector=emb.data if emb is not None and payload.get("embedding") is not None else None,
         id=ctx.new_id(),
         type=type_,
         scope=cmd.scope,
@@ -309,7 +313,7 @@ def _skip(
 
 def _accept(cmd: c.Command, ctx: DecideContext, *events: tuple[EventType, dict[str, Any]]) -> Decision:
     evs = [_event(cmd, ctx, t, p) for t, p in events]
-    return Decision(outcome_of_event(evs[0].model_dump()), events=evs)
+    return Decision(outcome_of_memo(memo_of_event(evs[0].type, evs[0].payload)), events=evs)
 
 
 def _check_text(cmd: c.Command, ctx: DecideContext, text: str, what: str) -> Decision | None:
@@ -332,7 +336,7 @@ def _check_metadata(cmd: c.Command, ctx: DecideContext, metadata: dict[str, Any]
 
 
 def _embedding_payload(cmd: c.StoreMemory | c.UpdateMemory | c.ArchiveEpisode | c.UpdateProfile) -> Any:
-    return cmd.embedding.model_dump() if cmd.embedding is not None else None
+    return cmd.embedding.header() if cmd.embedding is not None else None
 
 
 def visible_projects(project: str) -> tuple[str, ...]:
@@ -352,7 +356,7 @@ def decide(state: DecisionState, cmd: c.Command, ctx: DecideContext) -> Decision
     st = state.agent(cmd.scope.agent_id)
     first = st.commands.get(cmd.command_id)
     if first is not None:
-        return Decision(Outcome.from_dict(first))
+        return Decision(outcome_of_memo(first))
     handler = _DECIDERS[type(cmd)]
     return handler(state, st, cmd, ctx)
 
@@ -520,7 +524,7 @@ def _decide_reembed(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx:
     live = cmd.memory_id in (st.memories if cmd.kind == "mem" else st.episodes)
     if not live:
         return _refuse(cmd, ctx, "not_found", f"{cmd.kind}:{cmd.memory_id} not found")
-    payload = {"id": cmd.memory_id, "kind": cmd.kind, "embedding": cmd.embedding.model_dump()}
+    payload = {"id": cmd.memory_id, "kind": cmd.kind, "embedding": cmd.embedding.header()}
     return _accept(cmd, ctx, ("memory.reembedded", payload))
 
 
@@ -540,31 +544,37 @@ _DECIDERS: dict[type, Any] = {
 }
 
 
-def outcome_of_event(ev: dict[str, Any]) -> Outcome:
-    """The caller's outcome, derived from the event alone, so a replayed log answers retries
-    with exactly what the live decision answered."""
-    p = ev["payload"]
-    t = ev["type"]
+def memo_of_event(t: str, p: dict[str, Any]) -> tuple[Any, ...]:
+    """What a retry needs of an applied command's first event, kept small: the fold stores one
+    per recent command, and computing a full outcome for each would dominate replay time."""
     if t == "agent_data.deleted":
-        return Outcome(
-            "applied",
-            detail={
-                "memories": len(p["memory_ids"]),
-                "episodes": len(p["episode_ids"]),
-                "profile": 1 if p["profile"] else 0,
-                "kept_locked": len(p["kept_locked"]),
-            },
-        )
-    if t in ("profile.updated", "recall_precision.set", "standing.declared"):
-        return Outcome("applied")
-    if t == "memory.locked" and p.get("skipped"):
-        return Outcome("skipped", id=p["id"], reason=p["skipped"], detail={"locked": True})
+        counts = (len(p["memory_ids"]), len(p["episode_ids"]), 1 if p["profile"] else 0, len(p["kept_locked"]))
+        return (t, None, counts)
     if t == "memory.stored":
-        detail = {"embedded": p.get("embedding") is not None}
-        if p.get("locked"):
+        return (t, p["id"], p.get("embedding") is not None, bool(p.get("locked")))
+    if t == "memory.locked" and p.get("skipped"):
+        return (t, p["id"], p["skipped"])
+    return (t, p.get("id"))
+
+
+def outcome_of_memo(memo: Any) -> Outcome:
+    """The caller's outcome from a memo: audited outcomes are stored whole, applied ones are
+    re-derived, so a replayed log answers a retry exactly as the live decision answered."""
+    if isinstance(memo, dict):
+        return Outcome.from_dict(memo)
+    t = memo[0]
+    if t == "agent_data.deleted":
+        memories, episodes, profile, kept = memo[2]
+        detail = {"memories": memories, "episodes": episodes, "profile": profile, "kept_locked": kept}
+        return Outcome("applied", detail=detail)
+    if t == "memory.stored":
+        detail = {"embedded": memo[2]}
+        if memo[3]:
             detail["locked"] = True
-        return Outcome("applied", id=p["id"], detail=detail)
-    return Outcome("applied", id=p["id"])
+        return Outcome("applied", id=memo[1], detail=detail)
+    if t == "memory.locked" and len(memo) == 3:
+        return Outcome("skipped", id=memo[1], reason=memo[2], detail={"locked": True})
+    return Outcome("applied", id=memo[1])
 
 
 def apply_all(state: DecisionState, records: Iterable[tuple[int, dict[str, Any]]]) -> DecisionState:

@@ -193,7 +193,7 @@ class EmbeddedCommandBus:
         try:
             catch_up_decision_state(self.log, state, conn)
             results: list[Committed | BaseException] = []
-            events: list[tuple[int, int, str, str, bytes]] = []
+            events: list[tuple[int, int, str, str, bytes, bytes | None]] = []
             audits: list[tuple[int, int, str, str, int, bytes]] = []
             for item in items:
                 try:
@@ -203,7 +203,8 @@ class EmbeddedCommandBus:
                     results.append(exc)
             if events:
                 conn.executemany(
-                    'INSERT INTO events("offset", partition, agent, type, value) VALUES (?,?,?,?,?)', events
+                    'INSERT INTO events("offset", partition, agent, type, value, vector) VALUES (?,?,?,?,?,?)',
+                    events,
                 )
             if audits:
                 conn.executemany(
@@ -226,7 +227,7 @@ class EmbeddedCommandBus:
         self,
         state: DecisionState,
         item: Command | AuditRecord,
-        events: list[tuple[int, int, str, str, bytes]],
+        events: list[tuple[int, int, str, str, bytes, bytes | None]],
         audits: list[tuple[int, int, str, str, int, bytes]],
     ) -> Committed:
         agent = item.scope.agent_id
@@ -240,7 +241,7 @@ class EmbeddedCommandBus:
             value = ev.encode()
             offset = state.event_offset + 1
             state.apply_event(offset, decode(value))
-            events.append((offset, partition, agent, ev.type, value))
+            events.append((offset, partition, agent, ev.type, value, ev.vector))
             last = offset
         if decision.audit is not None:
             self._append_audit(state, decision.audit, partition, audits)

@@ -26,6 +26,7 @@ class LogRecord:
     agent_id: str
     type: str
     value: bytes
+    vector: bytes | None = None  # the event's attached embedding (raw little-endian f32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +51,16 @@ class EventLog(Protocol):
         ...
 
     def read(
-        self, start: int = 0, stop: int | None = None, *, agent_id: str | None = None, limit: int = 10_000
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        agent_id: str | None = None,
+        limit: int = 10_000,
+        vectors: bool = True,
     ) -> list[LogRecord]:
-        """Events with ``start <= offset < stop`` in offset order, at most ``limit``."""
+        """Events with ``start <= offset < stop`` in offset order, at most ``limit``; without
+        their attached vectors when ``vectors`` is false (folds that never look at them)."""
         ...
 
     def read_offsets(self, offsets: Sequence[int]) -> list[LogRecord]: ...

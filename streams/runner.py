@@ -84,12 +84,15 @@ class ProjectionRunner:
         end = self.log.end_offset() if stop is None else stop
         pos = self.offset + 1
         applied = 0
+        vectors = any(getattr(p, "needs_vectors", False) for p in self.projections)
         while pos < end:
-            records = self.log.read(pos, end, limit=batch)
+            records = self.log.read(pos, end, limit=batch, vectors=vectors)
             if not records:
                 break
             for rec in records:
                 ev = decode(rec.value)
+                if rec.vector is not None:
+                    ev["vector"] = rec.vector  # the attachment, for folds that need vectors
                 for p in self.projections:
                     if rec.offset > p.offset:
                         p.apply(rec.offset, ev)

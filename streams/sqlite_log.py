@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS events(
     partition INTEGER NOT NULL,
     agent TEXT NOT NULL,
     type TEXT NOT NULL,
-    value BLOB NOT NULL
+    value BLOB NOT NULL,
+    vector BLOB
 );
 CREATE INDEX IF NOT EXISTS events_by_agent ON events(agent, "offset");
 CREATE TABLE IF NOT EXISTS audit(
@@ -103,9 +104,16 @@ class SqliteLog:
         return 0 if row[0] is None else int(row[0]) + 1
 
     def read(
-        self, start: int = 0, stop: int | None = None, *, agent_id: str | None = None, limit: int = 10_000
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        agent_id: str | None = None,
+        limit: int = 10_000,
+        vectors: bool = True,
     ) -> list[LogRecord]:
-        sql = 'SELECT "offset", partition, agent, type, value FROM events WHERE "offset" >= ?'
+        column = "vector" if vectors else "NULL"
+        sql = f'SELECT "offset", partition, agent, type, value, {column} FROM events WHERE "offset" >= ?'
         args: list[object] = [start]
         if stop is not None:
             sql += ' AND "offset" < ?'
@@ -123,7 +131,7 @@ class SqliteLog:
         for i in range(0, len(offsets), 500):
             chunk = list(offsets[i : i + 500])
             marks = ",".join("?" * len(chunk))
-            sql = f'SELECT "offset", partition, agent, type, value FROM events WHERE "offset" IN ({marks})'
+            sql = f'SELECT "offset", partition, agent, type, value, vector FROM events WHERE "offset" IN ({marks})'
             out.extend(LogRecord(*row) for row in conn.execute(sql, chunk))
         out.sort(key=lambda r: r.offset)
         return out

@@ -1,0 +1,360 @@
+"""Store throughput and latency over HTTP, the storage engine's raw append rate as a baseline,
+and the rebuild rate of the decision state and history.
+
+    python bench/store_throughput.py                       # everything, default sizes
+    python bench/store_throughput.py --quick               # small sizes, a smoke run
+    python bench/store_throughput.py --skip-rebuild --embedders none
+
+The server under test is the real ``memstream serve`` process; clients are separate asyncio
+tasks in this process speaking raw HTTP/1.1 with keep-alive (a lean client, so the figure is
+the server's, not httpx's). ``--embedders none`` excludes embedding (memories stored without
+vectors, MEMSTREAM_EMBEDDER=none); ``default`` uses the default embedder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import platform
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- a lean HTTP/1.1 client -------------------------------------------------------------------
+
+
+class Conn:
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        assert self.reader is not None and self.writer is not None
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        self.writer.write(head + body)
+        status_line = await self.reader.readline()
+        status = int(status_line.split()[1])
+        length = 0
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        return status, await self.reader.readexactly(length)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+# -- baseline: the storage engine alone ---------------------------------------------------------
+
+
+def sample_event(with_vector: bool) -> bytes:
+    payload: dict[str, Any] = {
+        "id": 123456,
+        "content": "The staging deploy key rotates every Tuesday at noon, owned by the platform team.",
+        "msg_id": "msg-000123",
+        "source": {"type": "Agent", "id": "agent-1", "name": ""},
+        "metadata": {},
+        "timestamp": None,
+        "locked": False,
+        "embedding": None,
+    }
+    if with_vector:
+        v = np.random.default_rng(1).standard_normal(384).astype("<f4")
+        payload["embedding"] = {
+            "model": "m",
+            "dim": 384,
+            "dtype": "f32",
+            "data": base64.b64encode(v.tobytes()).decode(),
+        }
+    ev = {
+        "id": "0" * 32,
+        "type": "memory.stored",
+        "v": 1,
+        "scope": {"agent_id": "agent-1", "project_id": "", "channel": ""},
+        "actor": {"client_id": "bench", "agent_id": "agent-1", "session_id": ""},
+        "occurred_at": datetime.now(UTC),
+        "command_id": "0" * 32,
+        "payload": payload,
+    }
+    return orjson.dumps(ev)
+
+
+def raw_append_rate(n: int, batch: int, with_vector: bool) -> float:
+    """Rows/s of plain INSERTs into a WAL SQLite file with synchronous=FULL, ``batch`` per commit."""
+    d = Path(tempfile.mkdtemp(prefix="ms-raw-"))
+    try:
+        conn = sqlite3.connect(d / "raw.db", isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(
+            'CREATE TABLE events("offset" INTEGER PRIMARY KEY, partition INT, agent TEXT, type TEXT, value BLOB)'
+        )
+        conn.execute('CREATE INDEX e_agent ON events(agent, "offset")')
+        value = sample_event(with_vector)
+        started = time.perf_counter()
+        off = 0
+        while off < n:
+            conn.execute("BEGIN IMMEDIATE")
+            rows = [(off + i, 1, "agent-1", "memory.stored", value) for i in range(min(batch, n - off))]
+            conn.executemany("INSERT INTO events VALUES (?,?,?,?,?)", rows)
+            conn.execute("COMMIT")
+            off += len(rows)
+        elapsed = time.perf_counter() - started
+        conn.close()
+        return n / elapsed
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, data: Path, embedder: str) -> None:
+        self.port = free_port()
+        env = {**os.environ, "MEMSTREAM_DATA_DIR": str(data)}
+        if embedder == "none":
+            env["MEMSTREAM_EMBEDDER"] = "none"
+        else:
+            env.pop("MEMSTREAM_EMBEDDER", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", "--port", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    async def ready(self) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.proc.stderr.read().decode()[-3000:])  # type: ignore[union-attr]
+            try:
+                c = Conn("127.0.0.1", self.port)
+                await c.open()
+                status, _ = await c.post("/v1/tools/check_health", b"{}")
+                await c.close()
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            await asyncio.sleep(0.1)
+        raise TimeoutError("server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+async def load(port: int, clients: int, per_client: int, tag: str) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors = 0
+
+    async def one(n: int) -> None:
+        nonlocal errors
+        conn = Conn("127.0.0.1", port)
+        await conn.open()
+        for i in range(per_client):
+            body = orjson.dumps(
+                {
+                    "agent_id": f"agent-{n % 4}",
+                    "content": f"{tag} client {n} memory {i}: the deploy key for service {i % 97} rotates weekly",
+                    "id": f"{tag}-{n}-{i}",
+                }
+            )
+            t = time.perf_counter()
+            status, raw = await conn.post("/v1/tools/store", body)
+            latencies.append(time.perf_counter() - t)
+            if status != 200 or orjson.loads(raw).get("result") != "stored":
+                errors += 1
+        await conn.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(n) for n in range(clients)))
+    elapsed = time.perf_counter() - started
+    lat = sorted(latencies)
+    return {
+        "clients": clients,
+        "stores": len(lat),
+        "errors": errors,
+        "stores_per_s": round(len(lat) / elapsed, 1),
+        "p50_ms": round(1000 * lat[len(lat) // 2], 2),
+        "p99_ms": round(1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))], 2),
+        "mean_ms": round(1000 * statistics.fmean(lat), 2),
+    }
+
+
+async def http_runs(embedders: list[str], clients: list[int], stores: int) -> list[dict[str, Any]]:
+    results = []
+    for emb in embedders:
+        data = Path(tempfile.mkdtemp(prefix="ms-bench-"))
+        server = Server(data, emb)
+        try:
+            await server.ready()
+            await load(server.port, 2, 50, f"warm-{emb}")  # warm-up: model load, first commits
+            for c in clients:
+                per_client = max(1, stores // c)
+                r = await load(server.port, c, per_client, f"{emb}-{c}")
+                r["embedder"] = emb
+                results.append(r)
+                print(json.dumps(r), flush=True)
+        finally:
+            server.stop()
+            shutil.rmtree(data, ignore_errors=True)
+    return results
+
+
+# -- rebuild ------------------------------------------------------------------------------------
+
+
+def rebuild_rates(events: int) -> dict[str, Any]:
+    """Write ``events`` realistic memory.stored events (with 384-d vectors) through the bus, then
+    fold them from offset 0: the decision state alone, and history + read models."""
+    from memstream.api.engine import read_models
+    from memstream.streams import commands as c
+    from memstream.streams.decision import DecisionState
+    from memstream.streams.embedded_bus import EmbeddedCommandBus, catch_up_decision_state
+    from memstream.streams.events import Actor, Embedding, Scope
+    from memstream.streams.runner import ProjectionRunner
+    from memstream.streams.sqlite_log import SqliteLog
+
+    data = Path(tempfile.mkdtemp(prefix="ms-rebuild-"))
+    try:
+        log = SqliteLog(data / "log.sqlite3", synchronous="NORMAL")
+        vec = np.random.default_rng(7).standard_normal(384).astype(np.float32)
+        emb = Embedding.from_vector("bench-384", vec / np.linalg.norm(vec))
+
+        async def fill() -> float:
+            bus = EmbeddedCommandBus(log)
+            await bus.start()
+            now = datetime.now(UTC)
+            t = time.perf_counter()
+            step = 2_000
+            for base in range(0, events, step):
+                await asyncio.gather(
+                    *(
+                        bus.submit(
+                            c.StoreMemory(
+                                command_id=f"c{i}",
+                                scope=Scope(agent_id=f"agent-{i % 50}"),
+                                actor=Actor(client_id="bench"),
+                                received_at=now,
+                                content=f"memory {i}: the deploy key for service {i % 997} rotates weekly",
+                                msg_id=f"m{i}",
+                                embedding=emb,
+                            )
+                        )
+                        for i in range(base, min(events, base + step))
+                    )
+                )
+            await bus.close()
+            return events / (time.perf_counter() - t)
+
+        fill_rate = asyncio.run(fill())
+        end = log.end_offset()
+        t = time.perf_counter()
+        state = DecisionState(log.num_partitions)
+        catch_up_decision_state(log, state)
+        decision_s = time.perf_counter() - t
+        t = time.perf_counter()
+        runner = ProjectionRunner(log, read_models())
+        runner.catch_up()
+        models_s = time.perf_counter() - t
+        size_mb = (data / "log.sqlite3").stat().st_size / 1e6
+        log.close()
+        return {
+            "events": end,
+            "log_file_mb": round(size_mb, 1),
+            "bus_write_events_per_s": round(fill_rate),
+            "decision_state_events_per_s": round(end / decision_s),
+            "history_and_read_models_events_per_s": round(end / models_s),
+            "decision_plus_history_events_per_s": round(end / (decision_s + models_s)),
+        }
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--stores", type=int, default=8_000, help="stores per HTTP run")
+    ap.add_argument("--clients", default="1,8")
+    ap.add_argument("--embedders", default="none,default")
+    ap.add_argument("--raw-rows", type=int, default=50_000)
+    ap.add_argument("--rebuild-events", type=int, default=1_000_000)
+    ap.add_argument("--skip-rebuild", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "store_throughput.json")
+    args = ap.parse_args()
+    if args.quick:
+        args.stores, args.raw_rows, args.rebuild_events = 800, 5_000, 20_000
+
+    report: dict[str, Any] = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
+    }
+    report["raw_append"] = {
+        "rows_per_s_batch_1_no_vector": round(raw_append_rate(max(500, args.raw_rows // 20), 1, False)),
+        "rows_per_s_batch_64_no_vector": round(raw_append_rate(args.raw_rows, 64, False)),
+        "rows_per_s_batch_64_with_vector": round(raw_append_rate(args.raw_rows, 64, True)),
+    }
+    print(json.dumps(report["raw_append"]), flush=True)
+    report["http"] = asyncio.run(
+        http_runs(args.embedders.split(","), [int(x) for x in args.clients.split(",")], args.stores)
+    )
+    base = report["raw_append"]["rows_per_s_batch_64_no_vector"]
+    for r in report["http"]:
+        r["ratio_to_raw_append_batch_64"] = round(r["stores_per_s"] / base, 3)
+    by = {(r["embedder"], r["clients"]): r for r in report["http"]}
+    if ("none", 1) in by and ("default", 1) in by:
+        # Everything but embedding as a share of a store's cost (1 client, sequential).
+        report["non_embedding_share_of_store_cost"] = round(
+            by[("none", 1)]["mean_ms"] / by[("default", 1)]["mean_ms"], 3
+        )
+    if not args.skip_rebuild:
+        report["rebuild"] = rebuild_rates(args.rebuild_events)
+        print(json.dumps(report["rebuild"]), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
