@@ -25,6 +25,7 @@ from memstream.api.tools.dispatch import dispatch, failure
 from memstream.api.tools.registry import REGISTRY, Caller, Tool
 from memstream.streams.embedding import Embedder
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 log = logging.getLogger(__name__)
 
@@ -147,5 +148,6 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp
         return HTMLResponse("<p>memstream: see <a href='/docs'>/docs</a>; MCP at /mcp</p>")
 
     if mcp_app is not None:
-        app.mount("/mcp", mcp_app)
+        # A Route (not a Mount) so that POST /mcp itself is served, not redirected to /mcp/.
+        app.router.routes.append(Route("/mcp", endpoint=mcp_app, include_in_schema=False))
     return app

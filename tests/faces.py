@@ -18,7 +18,9 @@ class HttpFace:
         self.client = httpx.AsyncClient(base_url=base_url, timeout=30, headers={"x-client-id": "tester"})
 
     async def call(self, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-        r = await self.client.post(f"/v1/tools/{tool}", json=args or {})
+        # ensure_ascii: a lone surrogate travels as a \\u escape, as a real client would send it.
+        raw = json.dumps(args or {}, ensure_ascii=True).encode()
+        r = await self.client.post(f"/v1/tools/{tool}", content=raw, headers={"content-type": "application/json"})
         assert r.status_code < 500, f"{tool} answered HTTP {r.status_code}: {r.text}"
         body: dict[str, Any] = r.json()
         return body
@@ -28,22 +30,24 @@ class HttpFace:
 
 
 class McpFace:
-    """One MCP session per call: slower than a shared one, but it keeps every call's transport
-    lifecycle inside the calling task, which is what the SDK's task groups require."""
+    """MCP over streamable HTTP through the SDK's own client. One client per call: it keeps
+    every call's transport lifecycle inside the calling task, as the SDK's task groups need."""
 
     name = "mcp"
 
     def __init__(self, base_url: str) -> None:
-        self.url = f"{base_url}/mcp/"
+        self.url = f"{base_url}/mcp"
 
     async def call(self, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-        from mcp.client.session import ClientSession
-        from mcp.client.streamable_http import streamablehttp_client
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
 
-        async with streamablehttp_client(self.url, headers={"x-client-id": "tester"}) as (read, write, *_):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                result = await session.call_tool(tool, args or {})
+        async with (
+            httpx2.AsyncClient(headers={"x-client-id": "tester"}, timeout=httpx2.Timeout(30.0)) as http,
+            Client(streamable_http_client(self.url, http_client=http)) as client,
+        ):
+            result = await client.call_tool(tool, args or {})
         texts = [c.text for c in result.content if getattr(c, "type", "") == "text"]
         assert len(texts) == 1, f"{tool}: expected one text content, got {result.content!r}"
         body: dict[str, Any] = json.loads(texts[0])

@@ -169,8 +169,8 @@ BAD_INPUTS: list[tuple[str, dict[str, Any]]] = [
 async def test_w8_bad_input_is_refused_clearly_and_changes_nothing(
     face: Any, http_server: ServerThread, tool: str, args: dict[str, Any]
 ) -> None:
-    if face.name == "http" and "\udfff" in str(args.get("content", "")):
-        pytest.skip("a lone surrogate cannot be encoded into an HTTP JSON body; see the raw-bytes test")
+    if face.name == "mcp" and "\udfff" in str(args.get("content", "")):
+        pytest.skip("the SDK's HTTP client cannot encode a lone surrogate; test_w8_mcp_lone_surrogate sends one raw")
     before = log_end(http_server)[0]
     body = await face.call(tool, args)
     assert body["ok"] is False
@@ -191,6 +191,27 @@ async def test_w8_http_invalid_utf8_and_bad_json_are_400(http_server: ServerThre
         deep = b"[" * 10_000 + b"]" * 10_000
         r = await client.post("/v1/tools/store", content=deep, headers={"content-type": "application/json"})
         assert r.status_code == 400
+    assert log_end(http_server)[0] == before
+
+
+async def test_w8_mcp_lone_surrogate(http_server: ServerThread) -> None:
+    import httpx
+
+    before = log_end(http_server)[0]
+    body = (
+        b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "store", '
+        b'"arguments": {"agent_id": "a", "content": "half a pair: \\udfff"}}}'
+    )
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2025-11-25",
+    }
+    async with httpx.AsyncClient(base_url=http_server.url) as client:
+        r = await client.post("/mcp", content=body, headers=headers)
+    assert r.status_code < 500
+    text = r.text
+    assert "rejected" in text or "error" in text
     assert log_end(http_server)[0] == before
 
 
