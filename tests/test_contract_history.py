@@ -154,3 +154,15 @@ def test_cli_history_and_tail(settings: Settings, tmp_path: Path) -> None:
         [sys.executable, "-m", "memstream.api.cli", "tail", "--from", "0"], env=env, capture_output=True, timeout=60
     )
     assert tail.returncode == 0 and len(tail.stdout.splitlines()) == 2
+
+
+async def test_h4_refusals_with_unpaired_surrogates_are_audited(engine: Engine) -> None:
+    for args in (
+        {"agent_id": "sur", "content": "half a pair: \udfff"},
+        {"agent_id": "sur", "content": "fine", "channel": "\ud800"},
+    ):
+        body = await call(engine, "store", **args)
+        assert body["ok"] is False and "UTF-8" in body["reason"]
+    audit = await call(engine, "audit_log", agent_id="sur")
+    assert audit["count"] == 2
+    assert engine.log.end_offset() == 0

@@ -45,6 +45,9 @@ async def dispatch(engine: Any, caller: Caller, name: str, raw: Any) -> dict[str
         raw = {}
     if not isinstance(raw, dict):
         return await _refuse(engine, caller, name, raw, "arguments must be a JSON object")
+    bad = _first_surrogate(raw)
+    if bad is not None:
+        return await _refuse(engine, caller, name, raw, f"{bad} is not valid UTF-8 (it holds an unpaired surrogate)")
     try:
         args = tool.args.model_validate(raw)
     except ValidationError as exc:
@@ -82,7 +85,7 @@ async def _audit(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> 
         command=name,
         command_id=(raw.get("command_id") if isinstance(raw, dict) and isinstance(raw.get("command_id"), str) else None)
         or new_id(),
-        scope=Scope(agent_id=agent if isinstance(agent, str) and 0 < len(agent) <= 256 else "-"),
+        scope=Scope(agent_id=_printable(agent) if isinstance(agent, str) and 0 < len(agent) <= 256 else "-"),
         actor=Actor(client_id=caller.client_id, session_id=caller.session_id),
         occurred_at=utcnow(),
         outcome={"result": "rejected", "error": "invalid", "reason": why},
@@ -94,13 +97,40 @@ async def _audit(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> 
         log.error("could not audit a refused %s call: %s", name, exc)
 
 
+def _first_surrogate(value: Any, where: str = "arguments", depth: int = 0) -> str | None:
+    """Where the first string that cannot be UTF-8 encoded is, if any (keys included)."""
+    if depth > 64:
+        return None
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _first_surrogate(k, f"{where} key", depth + 1) or _first_surrogate(v, f"{k}", depth + 1)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _first_surrogate(v, f"{where}[{i}]", depth + 1)
+            if found:
+                return found
+    return None
+
+
+def _printable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _summarize(raw: Any, limit: int = 512) -> dict[str, Any]:
     if not isinstance(raw, dict):
-        return {"_raw": repr(raw)[:limit]}
+        return {"_raw": _printable(repr(raw)[:limit])}
     out: dict[str, Any] = {}
     for k, v in list(raw.items())[:32]:
         text = v if isinstance(v, str | int | float | bool) or v is None else repr(v)
-        if isinstance(text, str) and len(text) > limit:
-            text = text[:limit] + "…"
-        out[str(k)[:64]] = text
+        if isinstance(text, str):
+            text = _printable(text[:limit] + ("…" if len(text) > limit else ""))
+        out[_printable(str(k)[:64])] = text
     return out
