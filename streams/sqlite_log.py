@@ -51,6 +51,9 @@ def connect(path: Path, *, synchronous: str = "FULL") -> sqlite3.Connection:
     """A connection configured the one way memstream uses the file."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    # Only takes effect on a new file. An event with its vector is ~2 KB: on 4 KB pages that
+    # spills into an overflow page per row (twice the disk, slower scans); 16 KB keeps it inline.
+    conn.execute("PRAGMA page_size=16384")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     return conn
