@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 import orjson
+
 from memstream.api.settings import Settings, SettingsError, load_settings
 
 
@@ -47,6 +48,7 @@ def main(log_level: str) -> None:
 def serve(data_dir: Path | None, host: str, port: int) -> None:
     """Serve the HTTP API and MCP (streamable HTTP, at /mcp) on the embedded log."""
     import uvicorn
+
     from memstream.api.http_app import create_app
 
     settings = _settings(data_dir)
@@ -105,8 +107,9 @@ def history(data_dir: Path | None, ref: str | None, agent: str | None, limit: in
 @click.option("--no-save", is_flag=True, help="Only compare; don't replace the snapshots.")
 def rebuild(data_dir: Path | None, to_offset: int | None, no_save: bool) -> None:
     """Replay the log from offset 0 into fresh projections; compare digests with the live ones."""
-    from memstream.api.rebuild import rebuild_all
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from memstream.api.rebuild import rebuild_all
 
     settings = _settings(data_dir)
     with Progress(

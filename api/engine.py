@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import numpy as np
+
 from memstream.api.settings import Settings
 from memstream.projections.history import HistoryProjection
 from memstream.projections.precision import PrecisionProjection

@@ -18,14 +18,15 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
+
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.engine import Engine
 from memstream.api.settings import Settings
 from memstream.api.tools.dispatch import dispatch, failure
 from memstream.api.tools.registry import REGISTRY, Caller, Tool
 from memstream.streams.embedding import Embedder
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Route
 
 log = logging.getLogger(__name__)
 

@@ -79,14 +79,15 @@ from typing import Any, cast
 
 import anyio
 import mcp_types as types
-import memstream.api.tools  # noqa: F401  (the package imports, and so registers, every tool)
 import orjson
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+from starlette.types import Message, Receive, Scope, Send
+
+import memstream.api.tools  # noqa: F401  (the package imports, and so registers, every tool)
 from memstream.api.tools.dispatch import dispatch, failure, list_tools
 from memstream.api.tools.registry import Caller
-from starlette.types import Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +336,7 @@ async def run_stdio(engine_settings: Any = None, *, caller_factory: CallerFactor
     exits as soon as the engine is closed: every acknowledged write is already in the log.
     """
     from mcp.server.stdio import stdio_server
+
     from memstream.api.engine import Engine
     from memstream.api.settings import load_settings
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from memstream.streams.events import Actor, Embedding, Scope
 from pydantic import BaseModel, ConfigDict, Field
+
+from memstream.streams.events import Actor, Embedding, Scope
 
 Standing = Literal["fact", "open", "noise", "ruled-out"]
 Precision = Literal["strict", "balanced", "lenient"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
+
 from memstream.streams import commands as c
 from memstream.streams.events import AuditRecord, Event, EventType, parse_ref
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import orjson
+
 from memstream.streams.events import decode
 from memstream.streams.log import EventLog
 from memstream.streams.snapshots import SnapshotStore

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memstream.api.engine import Engine
 from memstream.api.settings import Settings, load_settings
 from memstream.api.tools.dispatch import dispatch
@@ -74,6 +75,7 @@ class ServerThread:
 
     def __init__(self, settings: Settings) -> None:
         import uvicorn
+
         from memstream.api.http_app import create_app
 
         self.port = free_port()

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 from conftest import HashEmbedder, ServerThread, call, free_port
+
 from memstream.api.engine import Engine
 from memstream.api.rebuild import rebuild_all
 from memstream.api.settings import Settings

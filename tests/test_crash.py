@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import free_port
+
 from memstream.streams.events import decode
 from memstream.streams.sqlite_log import SqliteLog
 

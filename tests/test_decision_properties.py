@@ -135,7 +135,7 @@ def test_retried_command_returns_first_outcome_and_appends_nothing(specs: list[t
     first: dict[tuple[str, str], dict[str, Any]] = {}
     for spec, answer in zip(specs, answers, strict=True):
         first.setdefault((spec[1].agent_id, f"cmd-{spec[5]}"), answer)
-    for kind, scope, content, msg_id, ident, cid in specs:
+    for kind, scope, _content, msg_id, ident, cid in specs:
         cmd = _cmd(kind, scope, "a different text", msg_id, ident, f"cmd-{cid}")
         d = decide(state, cmd, DecideContext(partition_for(scope.agent_id, PARTITIONS), Limits(), _Ids()))
         assert d.events == [] and d.audit is None

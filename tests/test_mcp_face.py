@@ -29,6 +29,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.routing import Route
+
 from memstream.api.engine import Engine
 from memstream.api.mcp_server import (
     _STASH,
@@ -42,7 +44,6 @@ from memstream.api.mcp_server import (
 )
 from memstream.api.settings import load_settings
 from memstream.api.tools.registry import REGISTRY, Caller, Tool, ToolArgs
-from starlette.routing import Route
 
 TESTS = Path(__file__).resolve().parent
 DEADLINE_S = 60.0

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
+
 from memstream.streams.events import decode
 from memstream.streams.sqlite_log import SqliteLog
 

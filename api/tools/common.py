@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from pydantic import Field, StrictBool, StrictInt, StrictStr
+
 from memstream.api.tools.registry import Caller, ToolArgs
 from memstream.streams.events import Actor, Scope, new_id, utcnow
-from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 Id = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)]
 Name = Annotated[StrictStr, Field(max_length=256)]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pydantic import ValidationError
+
 from memstream.api.engine import REFUSAL_AUDITED
 from memstream.api.tools.registry import REGISTRY, Caller
 from memstream.streams.embedded_bus import LogUnavailable
 from memstream.streams.embedding import EmbeddingError
 from memstream.streams.events import Actor, AuditRecord, Scope, new_id, utcnow
-from pydantic import ValidationError
 
 log = logging.getLogger(__name__)
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from pydantic import Field, StrictInt, StrictStr
+
 from memstream.api.tools.common import Flag, sql_time
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.writes import BETAS, GLOBAL_PRECISION
 from memstream.api.views import audit_entry, history_entry
 from memstream.projections.records import EpisodeRow, MemoryRow
 from memstream.streams.events import parse_ref
-from pydantic import Field, StrictInt, StrictStr
 
 GET_CONTENTS_BUDGET = 40_000
 LIST_CAP = 500

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from pydantic import Field, StrictStr, field_validator
+
 from memstream.api.tools.common import Flag, Id, Name, WriteArgs, envelope
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.sanitize import (
@@ -20,7 +22,6 @@ from memstream.api.tools.sanitize import (
 )
 from memstream.streams import commands as c
 from memstream.streams.decision import Outcome
-from pydantic import Field, StrictStr, field_validator
 
 # -- store ----------------------------------------------------------------------------------
 

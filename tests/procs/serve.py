@@ -13,6 +13,7 @@ import uvicorn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from conftest import HashEmbedder
+
 from memstream.api.http_app import create_app
 from memstream.api.settings import load_settings
 

@@ -15,6 +15,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from conftest import HashEmbedder
+
 from memstream.api import tools as _tools  # noqa: F401
 from memstream.api.engine import Engine
 from memstream.api.settings import load_settings
