@@ -5,12 +5,16 @@ reads like the architecture; installed, they are ``memstream.streams`` and so on
 installs a top-level package called ``api``.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 ROOTS = ("streams", "projections", "api")
 
 setup(
-    packages=[f"memstream.{name}" for name in find_packages(include=[f"{r}*" for r in ROOTS])],
+    # Namespace discovery, so data folders (e.g. the embedder's vocabulary) ship as packages.
+    packages=[
+        f"memstream.{name}"
+        for name in find_namespace_packages(include=[f"{r}*" for r in ROOTS], exclude=["*__pycache__*"])
+    ],
     package_dir={f"memstream.{root}": root for root in ROOTS},
-    package_data={f"memstream.{root}": ["**/*.json", "**/*.txt", "**/*.html"] for root in ROOTS},
+    package_data={"": ["*.txt", "*.json", "*.html"]},
 )
