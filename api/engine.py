@@ -35,9 +35,15 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Set within a tool call when its refusal was audited by the decider, so the dispatcher does
-# not audit it a second time (and audits every other refusal itself).
+# Within one tool call: whether the decider refused (and so audited) its command, and the
+# failure's code (not_found, locked, conflict, ...), which the HTTP face turns into a status.
 REFUSAL_AUDITED: ContextVar[bool] = ContextVar("memstream_refusal_audited", default=False)
+FAILURE_CODE: ContextVar[str | None] = ContextVar("memstream_failure_code", default=None)
+
+
+def mark_failure(code: str) -> None:
+    """A handler refusing on its own (before any command) names the kind of failure."""
+    FAILURE_CODE.set(code)
 
 
 def read_models() -> list[Any]:
@@ -110,7 +116,8 @@ class Engine:
     async def submit(self, command: Command) -> Committed:
         committed = await self.bus.submit(command)
         if committed.outcome.result == "rejected":
-            REFUSAL_AUDITED.set(True)  # the decider already wrote this refusal's audit record
+            REFUSAL_AUDITED.set(True)  # the bus wrote its audit record
+            FAILURE_CODE.set(committed.outcome.error or "invalid")
         return committed
 
     async def refuse(self, record: AuditRecord) -> None:

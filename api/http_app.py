@@ -24,16 +24,16 @@ from starlette.routing import Route
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.engine import Engine
 from memstream.api.settings import Settings
-from memstream.api.tools.dispatch import dispatch, failure
+from memstream.api.tools.dispatch import dispatch, failure, run_tool
 from memstream.api.tools.registry import REGISTRY, Caller, Tool
 from memstream.streams.embedding import Embedder
 
 log = logging.getLogger(__name__)
 
-# The HTTP status a failure maps to, by the leading word of its ``error`` (or store's reason).
-_STATUS_BY_ERROR = {
+# The HTTP status of each failure code ``run_tool`` reports.
+STATUS = {
     "invalid": 400,
-    "unknown tool": 404,
+    "unknown_tool": 404,
     "not_found": 404,
     "permission_denied": 403,
     "locked": 409,
@@ -41,21 +41,8 @@ _STATUS_BY_ERROR = {
     "too_large": 413,
     "log_unavailable": 503,
     "embedding_unavailable": 503,
-    "internal error": 500,
+    "internal": 500,
 }
-
-
-def status_for(body: dict[str, Any]) -> int:
-    if body.get("ok") is not False:
-        return 200
-    code = body.get("code")
-    if isinstance(code, str) and code in _STATUS_BY_ERROR:
-        return _STATUS_BY_ERROR[code]
-    error = str(body.get("error", ""))
-    for prefix, status in _STATUS_BY_ERROR.items():
-        if error.startswith(prefix):
-            return status
-    return 400
 
 
 def json_response(body: Any, status: int = 200) -> Response:
@@ -74,8 +61,11 @@ def _tool_route(app: FastAPI, tool: Tool) -> None:
             args = orjson.loads(raw) if raw.strip() else {}
         except orjson.JSONDecodeError as exc:
             return json_response(failure(f"invalid JSON body: {exc}"), 400)
-        body = await dispatch(request.app.state.engine, caller_of(request), tool.name, args)
-        return json_response(body, status_for(body))
+        key = request.headers.get("idempotency-key")
+        if key and tool.writes and isinstance(args, dict) and "command_id" not in args:
+            args["command_id"] = key  # the HTTP spelling of a command id (W9)
+        body, code = await run_tool(request.app.state.engine, caller_of(request), tool.name, args)
+        return json_response(body, 200 if code is None else STATUS.get(code, 400))
 
     app.add_api_route(
         f"/v1/tools/{tool.name}",

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memstream.api.engine import REFUSAL_AUDITED
+from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED
 from memstream.api.tools.registry import REGISTRY, Caller
 from memstream.streams.embedded_bus import LogUnavailable
 from memstream.streams.embedding import EmbeddingError
@@ -38,36 +38,47 @@ def list_tools() -> list[dict[str, Any]]:
 
 async def dispatch(engine: Any, caller: Caller, name: str, raw: Any) -> dict[str, Any]:
     """Run tool ``name``. Never raises: every failure comes back as ``ok: false`` + ``error``."""
+    body, _ = await run_tool(engine, caller, name, raw)
+    return body
+
+
+async def run_tool(engine: Any, caller: Caller, name: str, raw: Any) -> tuple[dict[str, Any], str | None]:
+    """``dispatch`` plus a failure code for faces that have statuses: invalid, unknown_tool,
+    not_found, locked, conflict, too_large, log_unavailable, embedding_unavailable, internal."""
     tool = REGISTRY.get(name)
     if tool is None:
         await _audit(engine, caller, name[:100], raw, "unknown tool")
-        return failure(f"Unknown tool: {name}")
+        return failure(f"Unknown tool: {name}"), "unknown_tool"
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        return await _refuse(engine, caller, name, raw, "arguments must be a JSON object")
+        return await _refuse(engine, caller, name, raw, "arguments must be a JSON object"), "invalid"
     bad = _first_surrogate(raw)
     if bad is not None:
-        return await _refuse(engine, caller, name, raw, f"{bad} is not valid UTF-8 (it holds an unpaired surrogate)")
+        why = f"{bad} is not valid UTF-8 (it holds an unpaired surrogate)"
+        return await _refuse(engine, caller, name, raw, why), "invalid"
     try:
         args = tool.args.model_validate(raw)
     except ValidationError as exc:
-        return await _refuse(engine, caller, name, raw, f"invalid arguments: {describe_validation(exc)}")
+        return await _refuse(engine, caller, name, raw, f"invalid arguments: {describe_validation(exc)}"), "invalid"
     REFUSAL_AUDITED.set(False)
+    FAILURE_CODE.set(None)
     try:
         body = await tool.handler(engine, caller, args)
-        if body.get("ok") is False and not REFUSAL_AUDITED.get():
-            await _audit(engine, caller, name, raw, str(body.get("error") or body.get("reason") or "refused"))
-        return body
     except LogUnavailable as exc:
         log.error("tool %s: log unavailable: %s", name, exc)
-        return failure(f"log_unavailable: {exc}")
+        return failure(f"log_unavailable: {exc}"), "log_unavailable"
     except EmbeddingError as exc:
         log.error("tool %s: embedding failed: %s", name, exc)
-        return failure(f"embedding_unavailable: {exc}")
+        return failure(f"embedding_unavailable: {exc}"), "embedding_unavailable"
     except Exception:
         log.exception("tool %s failed", name)
-        return failure("internal error; the server log has the details")
+        return failure("internal error; the server log has the details"), "internal"
+    if body.get("ok") is not False:
+        return body, None
+    if not REFUSAL_AUDITED.get():  # refused by the handler before any command: audit it here
+        await _audit(engine, caller, name, raw, str(body.get("error") or body.get("reason") or "refused"))
+    return body, FAILURE_CODE.get() or "invalid"
 
 
 async def _refuse(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 from pydantic import Field, StrictStr, field_validator
 
+from memstream.api.engine import mark_failure
 from memstream.api.tools.common import Flag, Id, Name, WriteArgs, envelope
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.sanitize import (
@@ -177,6 +178,7 @@ async def update_memory(engine: Any, caller: Caller, args: UpdateArgs) -> dict[s
     cleaned, truncated = cap(cleaned, engine.settings.max_content_chars)
     owner = await _owner(engine, args)
     if owner is None:
+        mark_failure("not_found")
         return {"ok": False, "error": f"Memory {args.memory_id} not found"}
     [embedding] = await engine.embed([cleaned])
     cmd = c.UpdateMemory(
@@ -195,6 +197,7 @@ def _simple_edit(command: type[c.Command], key: str, verb: str) -> Any:
     async def run(engine: Any, caller: Caller, args: MemoryIdArgs) -> dict[str, Any]:
         owner = await _owner(engine, args)
         if owner is None:
+            mark_failure("not_found")
             return {"ok": False, "error": f"Memory {args.memory_id} not found"}
         out = (await engine.submit(command(**envelope(caller, args, owner), memory_id=args.memory_id))).outcome
         if out.result != "applied":
@@ -275,6 +278,7 @@ async def delete_episode(engine: Any, caller: Caller, args: DeleteEpisodeArgs) -
         row = await engine.read(lambda: engine.episodes.rows.get(args.episode_id))
         owner = row.agent_id if row is not None else None
     if owner is None:
+        mark_failure("not_found")
         return {"ok": False, "error": f"Episode {args.episode_id} not found or not owned by agent"}
     out = (await engine.submit(c.DeleteEpisode(**envelope(caller, args, owner), episode_id=args.episode_id))).outcome
     if out.result != "applied":
