@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -39,6 +39,27 @@ class Settings(BaseModel):
     read_your_writes_timeout_s: float = Field(default=5.0, gt=0)
     acl_file: Path | None = None
 
+    # -- recall (CPersona's knobs, MEMSTREAM_ prefix) --------------------------------------
+    recall_mode: Literal["rrf", "rsf", "cascade"] = "rrf"
+    # Which retrievers run: all, or one of them alone (evaluation, diagnosis).
+    recall_retrievers: Literal["all", "vector", "lexical"] = "all"
+    max_memories: int = Field(default=10_000, ge=1)  # the vector scan window (a recency prior)
+    vector_reach: int = Field(default=0, ge=0)  # > max_memories adds the far list (rrf/rsf)
+    vector_far_limit: int = Field(default=0, ge=0)  # far rows that may vote (0: the limit)
+    vector_min_similarity: float = Field(default=0.3, ge=-1, le=1)  # cascade's vector stage
+    rrf_k: int = Field(default=60, ge=1)
+    confidence_enabled: bool = False
+    confidence_ordering: Literal["fusion", "legacy"] = "fusion"
+    episode_penalty_enabled: bool = False
+    episode_decay_rate: float = Field(default=0.01, ge=0)
+    episode_decay_floor: float = Field(default=0.5, ge=0, le=1)
+    autocut_enabled: bool = True
+    autocut_min_gap_ratio: float = Field(default=0.15, ge=0)
+    autocut_min_results: int = Field(default=3, ge=1)
+    recall_precision: Literal["strict", "balanced", "lenient"] = "balanced"
+    recall_preview_chars: int = Field(default=500, ge=0)
+    recall_excerpt_chars: int = Field(default=800, ge=0)
+
     @property
     def log_path(self) -> Path:
         return self.data_dir / "log.sqlite3"
@@ -61,6 +82,24 @@ _ENV = {
     "embedder": "MEMSTREAM_EMBEDDER",
     "read_your_writes_timeout_s": "MEMSTREAM_READ_YOUR_WRITES_TIMEOUT",
     "acl_file": "MEMSTREAM_ACL_FILE",
+    "recall_mode": "MEMSTREAM_RECALL_MODE",
+    "recall_retrievers": "MEMSTREAM_RECALL_RETRIEVERS",
+    "max_memories": "MEMSTREAM_MAX_MEMORIES",
+    "vector_reach": "MEMSTREAM_VECTOR_REACH",
+    "vector_far_limit": "MEMSTREAM_VECTOR_FAR_LIMIT",
+    "vector_min_similarity": "MEMSTREAM_VECTOR_MIN_SIMILARITY",
+    "rrf_k": "MEMSTREAM_RRF_K",
+    "confidence_enabled": "MEMSTREAM_CONFIDENCE_ENABLED",
+    "confidence_ordering": "MEMSTREAM_CONFIDENCE_ORDERING",
+    "episode_penalty_enabled": "MEMSTREAM_EPISODE_PENALTY_ENABLED",
+    "episode_decay_rate": "MEMSTREAM_EPISODE_DECAY_RATE",
+    "episode_decay_floor": "MEMSTREAM_EPISODE_DECAY_FLOOR",
+    "autocut_enabled": "MEMSTREAM_AUTOCUT_ENABLED",
+    "autocut_min_gap_ratio": "MEMSTREAM_AUTOCUT_MIN_GAP_RATIO",
+    "autocut_min_results": "MEMSTREAM_AUTOCUT_MIN_RESULTS",
+    "recall_precision": "MEMSTREAM_RECALL_PRECISION",
+    "recall_preview_chars": "MEMSTREAM_RECALL_PREVIEW_CHARS",
+    "recall_excerpt_chars": "MEMSTREAM_RECALL_EXCERPT_CHARS",
 }
 
 

@@ -95,6 +95,9 @@ class SetRecallPrecision(Command):
     # A named level, "custom" (a raw beta), or None to clear the agent's override.
     level: Literal["strict", "balanced", "lenient", "custom"] | None
     beta: float = Field(gt=0)
+    # The calibrated gate ({threshold, signal, seed, ...}) computed for this level, so replay
+    # restores it without recalibrating.
+    gate: dict[str, Any] | None = None
 
 
 class DeclareStanding(Command):

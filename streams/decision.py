@@ -507,7 +507,7 @@ def _decide_delete_agent(state: DecisionState, st: AgentDecisionState, cmd: Any,
 
 
 def _decide_precision(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
-    return _accept(cmd, ctx, ("recall_precision.set", {"level": cmd.level, "beta": cmd.beta}))
+    return _accept(cmd, ctx, ("recall_precision.set", {"level": cmd.level, "beta": cmd.beta, "gate": cmd.gate}))
 
 
 def _decide_standing(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:

@@ -371,11 +371,7 @@ async def set_recall_precision(engine: Any, caller: Caller, args: PrecisionArgs)
         level, beta = args.precision, BETAS[args.precision]
     else:
         return {"ok": False, "error": f"Unknown precision {args.precision!r}; expected strict / balanced / lenient"}
-    cmd = c.SetRecallPrecision(**envelope(caller, args, args.agent_id), level=level, beta=beta)  # type: ignore[arg-type]
-    out = (await engine.submit(cmd)).outcome
-    if out.result != "applied":
-        return {"ok": False, "error": out.reason or "rejected"}
-    return {
+    body: dict[str, Any] = {
         "ok": True,
         "agent_id": args.agent_id,
         "precision": level or "default",
@@ -383,6 +379,45 @@ async def set_recall_precision(engine: Any, caller: Caller, args: PrecisionArgs)
         "cleared": level is None,
         "fused_gate": None,
     }
+    gate = None
+    if level is not None:
+        calibration = await calibrate_agent(engine, args.agent_id, beta)
+        if not calibration["ok"]:
+            # Nothing is written: a precision the gate cannot be calibrated for is not set.
+            return {**body, "ok": False, "error": calibration["error"]}
+        body["calibrate"] = calibration
+        gate = {k: calibration[k] for k in ("signal", "seed", "n_null", "n_pos")}
+        gate["threshold"] = calibration["new_threshold"]
+        body["fused_gate"] = {"threshold": gate["threshold"], "signal": gate["signal"]}
+    cmd = c.SetRecallPrecision(**envelope(caller, args, args.agent_id), level=level, beta=beta, gate=gate)  # type: ignore[arg-type]
+    out = (await engine.submit(cmd)).outcome
+    if out.result != "applied":
+        return {"ok": False, "error": out.reason or "rejected"}
+    return body
+
+
+async def calibrate_agent(engine: Any, agent_id: str, beta: float) -> dict[str, Any]:
+    """Seeded calibration over the agent's current memories (see ``api/recall/calibrate``)."""
+    from memstream.api.recall.calibrate import MIN_EMBEDDED, calibrate, sample_ids
+
+    if engine.settings.embedder == "none":
+        return {"ok": False, "error": f"Need at least {MIN_EMBEDDED} embeddings, found 0"}
+    model = engine.embedder.model_id
+    seed = f"{agent_id}:{engine.log.end_offset()}"
+
+    def pick() -> list[tuple[int, str]]:
+        rows = [r for r in engine.memories.of_agent(agent_id) if r.embedding_model == model]
+        chosen = set(sample_ids([r.id for r in rows], seed, 100))
+        return [(r.id, r.content) for r in rows if r.id in chosen]
+
+    picked = await engine.read(pick)
+    if len(picked) < MIN_EMBEDDED:
+        return {"ok": False, "error": f"Need at least {MIN_EMBEDDED} embeddings, found {len(picked)}"}
+    embeddings = await engine.embed([text for _, text in picked])
+    vectors = {ident: e.vector() for (ident, _), e in zip(picked, embeddings, strict=True) if e is not None}
+    result: dict[str, Any] = await engine.read(lambda: calibrate(engine, agent_id, beta, seed, vectors))
+    result["seed"] = seed
+    return result
 
 
 for _tool in (
