@@ -54,22 +54,28 @@ def caller_of(request: Request) -> Caller:
     return Caller(client_id=client[:256], session_id=(request.headers.get("x-session-id") or "")[:256])
 
 
-def _tool_route(app: FastAPI, tool: Tool) -> None:
-    async def run(request: Request) -> Response:
-        raw = await request.body()
-        try:
-            args = orjson.loads(raw) if raw.strip() else {}
-        except orjson.JSONDecodeError as exc:
-            return json_response(failure(f"invalid JSON body: {exc}"), 400)
-        key = request.headers.get("idempotency-key")
-        if key and tool.writes and isinstance(args, dict) and "command_id" not in args:
-            args["command_id"] = key  # the HTTP spelling of a command id (W9)
-        body, code = await run_tool(request.app.state.engine, caller_of(request), tool.name, args)
-        return json_response(body, 200 if code is None else STATUS.get(code, 400))
+async def call_tool(request: Request) -> Response:
+    """``POST /v1/tools/{name}``: the body is the tool's arguments, handed to ``run_tool``."""
+    name = request.path_params["name"]
+    raw = await request.body()
+    try:
+        args = orjson.loads(raw) if raw.strip() else {}
+    except orjson.JSONDecodeError as exc:
+        return json_response(failure(f"invalid JSON body: {exc}"), 400)
+    key = request.headers.get("idempotency-key")
+    tool = REGISTRY.get(name)
+    if key and tool is not None and tool.writes and isinstance(args, dict) and "command_id" not in args:
+        args["command_id"] = key  # the HTTP spelling of a command id (W9)
+    body, code = await run_tool(request.app.state.engine, caller_of(request), name, args)
+    return json_response(body, 200 if code is None else STATUS.get(code, 400))
 
+
+def _document_tool(app: FastAPI, tool: Tool) -> None:
+    """The tool's entry in the OpenAPI document. Requests are served by ``call_tool`` (a plain
+    Starlette route placed first): FastAPI's per-request machinery is not on the hot path."""
     app.add_api_route(
         f"/v1/tools/{tool.name}",
-        run,
+        call_tool,
         methods=["POST"],
         name=tool.name,
         summary=tool.description.split("\n", 1)[0][:120],
@@ -126,8 +132,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp
         log.exception("unhandled error on %s", request.url.path)
         return json_response(failure("internal error; the server log has the details"), 500)
 
+    app.router.routes.insert(0, Route("/v1/tools/{name}", call_tool, methods=["POST"], include_in_schema=False))
     for tool in sorted(REGISTRY.values(), key=lambda t: t.name):
-        _tool_route(app, tool)
+        _document_tool(app, tool)
 
     @app.get("/health", tags=["reads"])
     async def health(request: Request) -> Response:
