@@ -256,7 +256,7 @@ def rebuild_rates(events: int) -> dict[str, Any]:
     from memstream.streams.decision import DecisionState
     from memstream.streams.embedded_bus import EmbeddedCommandBus, catch_up_decision_state
     from memstream.streams.events import Actor, Embedding, Scope, decode
-    from memstream.streams.runner import ProjectionRunner
+    from memstream.streams.runner import ProjectionRunner, bulk_fold
     from memstream.streams.sqlite_log import SqliteLog
 
     data = Path(tempfile.mkdtemp(prefix="ms-rebuild-"))
@@ -301,13 +301,14 @@ def rebuild_rates(events: int) -> dict[str, Any]:
         state = DecisionState(log.num_partitions)
         history = HistoryProjection()
         pos = 0
-        while pos < end:
-            rows = log.read(pos, end, limit=5_000, vectors=False)
-            for rec in rows:
-                ev = decode(rec.value)
-                state.apply_event(rec.offset, ev)
-                history.apply(rec.offset, ev)
-            pos = rows[-1].offset + 1
+        with bulk_fold(end):
+            while pos < end:
+                rows = log.read(pos, end, limit=5_000, vectors=False)
+                for rec in rows:
+                    ev = decode(rec.value)
+                    state.apply_event(rec.offset, ev)
+                    history.apply(rec.offset, ev)
+                pos = rows[-1].offset + 1
         decision_history_s = time.perf_counter() - t
 
         t = time.perf_counter()

@@ -23,6 +23,7 @@ from memstream.streams.commands import Command
 from memstream.streams.decision import DecideContext, DecisionState, Limits, Outcome, decide
 from memstream.streams.events import AuditRecord, decode, new_id
 from memstream.streams.log import Committed, partition_for
+from memstream.streams.runner import bulk_fold
 from memstream.streams.snapshots import SnapshotStore
 from memstream.streams.sqlite_log import SqliteLog
 
@@ -63,6 +64,12 @@ def catch_up_decision_state(log_: SqliteLog, state: DecisionState, conn: sqlite3
     window) is then identical on every replay.
     """
     db = conn if conn is not None else log_.connection()
+    behind = log_.end_offset() - 1 - state.event_offset if conn is None else 0
+    with bulk_fold(behind):
+        return _catch_up(db, state)
+
+
+def _catch_up(db: sqlite3.Connection, state: DecisionState) -> int:
     n = 0
     while True:
         rows = db.execute(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ import orjson
 log = logging.getLogger(__name__)
 
 _MAGIC = b"MSSNAP1\n"
+_BLOB_MAGIC = b"MSBLOB1\n"
+_BLOB_HEADER = 64 + 1 + 20 + 1  # sha256 hex, space, zero-padded size, newline
 
 
 class SnapshotStore:
@@ -67,3 +70,82 @@ class SnapshotStore:
 
     def drop(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)
+
+    # -- binary sidecars ----------------------------------------------------------------------
+    # Large binary state (vectors, graph indexes) beside a JSON snapshot, with the same
+    # discipline: written to a temporary file, fsynced, renamed; verified on load (magic, size,
+    # sha256), so a torn or damaged blob reads as absent, never as wrong data.
+
+    def blob_path(self, name: str) -> Path:
+        return self.directory / f"{name}.blob"
+
+    def save_blob(self, name: str, data: bytes | bytearray | memoryview | Iterable[Any]) -> str:
+        """Write ``data`` (one bytes-like, or an iterable of bytes-likes written in order, so a
+        large blob never has to exist as one object) atomically; returns the payload's sha256."""
+        parts = [data] if isinstance(data, bytes | bytearray | memoryview) else data
+        target = self.blob_path(name)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with open(tmp, "wb") as f:
+                f.write(_BLOB_MAGIC + b" " * (_BLOB_HEADER - 1) + b"\n")
+                for part in parts:
+                    view = memoryview(part)
+                    if view.nbytes == 0:
+                        continue
+                    view = view.cast("B")
+                    digest.update(view)
+                    f.write(view)
+                    size += view.nbytes
+                f.seek(len(_BLOB_MAGIC))
+                f.write(digest.hexdigest().encode() + b" " + str(size).zfill(20).encode() + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return digest.hexdigest()
+
+    def load_blob(self, name: str) -> memoryview | None:
+        """The blob's payload (a writable view over one buffer), or None when absent or damaged."""
+        target = self.blob_path(name)
+        try:
+            with open(target, "rb") as f:
+                head = f.read(len(_BLOB_MAGIC) + _BLOB_HEADER)
+                try:
+                    if not head.startswith(_BLOB_MAGIC) or len(head) != len(_BLOB_MAGIC) + _BLOB_HEADER:
+                        raise ValueError("bad magic")
+                    digest, size_text = head[len(_BLOB_MAGIC) : -1].split(b" ")
+                    size = int(size_text)
+                    buf = bytearray(size)
+                    view = memoryview(buf)
+                    got = 0
+                    while got < size:
+                        n = f.readinto(view[got:])
+                        if not n:
+                            break
+                        got += n
+                    if got != size or f.read(1):
+                        raise ValueError("size mismatch")
+                    if hashlib.sha256(view).hexdigest().encode() != digest:
+                        raise ValueError("checksum mismatch")
+                except ValueError as exc:
+                    log.warning("blob %s is damaged (%s); it will be rebuilt from the log", target, exc)
+                    return None
+        except FileNotFoundError:
+            return None
+        return view
+
+    def drop_blob(self, name: str) -> None:
+        self.blob_path(name).unlink(missing_ok=True)
+
+    def blob_names(self, prefix: str = "") -> list[str]:
+        """Names of the stored blobs that start with ``prefix``, sorted."""
+        return sorted(p.name[: -len(".blob")] for p in self.directory.glob(f"{prefix}*.blob"))
