@@ -1,0 +1,307 @@
+"""The recall-evaluation harness's own arithmetic: metrics against hand-computed values, reading
+ascending recall answers from the tail, qrels and dataset loading, and subsetting. No servers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("eval_recall", REPO / "bench" / "eval_recall.py")
+assert _spec is not None and _spec.loader is not None
+er = importlib.util.module_from_spec(_spec)
+sys.modules["eval_recall"] = er
+_spec.loader.exec_module(er)
+
+
+def log2(x: float) -> float:
+    return math.log2(x)
+
+
+# -- NDCG@10 ------------------------------------------------------------------------------------
+
+
+def test_ndcg_single_relevant_at_each_rank():
+    judg = {"d": 1}
+    assert er.ndcg_at_k(["d", "x", "y"], judg) == pytest.approx(1.0)
+    assert er.ndcg_at_k(["x", "d"], judg) == pytest.approx(1 / log2(3))  # 0.6309
+    assert er.ndcg_at_k(["a", "b", "d"], judg) == pytest.approx(0.5)  # 1/log2(4)
+    ten = [f"x{i}" for i in range(9)] + ["d"]
+    assert er.ndcg_at_k(ten, judg) == pytest.approx(1 / log2(11))  # rank 10 still counts
+    assert er.ndcg_at_k([*ten[:9], "y", "d"], judg) == 0.0  # rank 11 does not
+    assert er.ndcg_at_k([], judg) == 0.0
+
+
+def test_ndcg_graded_hand_computed():
+    # judgments a=3, b=2, c=1, z=0 (judged non-relevant), ranking [b, z, a, q]
+    judg = {"a": 3, "b": 2, "c": 1, "z": 0}
+    dcg = 2 / log2(2) + 0 / log2(3) + 3 / log2(4) + 0 / log2(5)  # 2 + 1.5 = 3.5
+    idcg = 3 / log2(2) + 2 / log2(3) + 1 / log2(4)  # 3 + 1.26186 + 0.5 = 4.76186
+    assert er.ndcg_at_k(["b", "z", "a", "q"], judg) == pytest.approx(dcg / idcg)
+    assert er.ndcg_at_k(["b", "z", "a", "q"], judg) == pytest.approx(0.735007, abs=1e-6)
+
+
+def test_ndcg_ideal_uses_all_relevant_and_caps_at_k():
+    judg = {f"r{i}": 1 for i in range(12)}  # 12 relevant, only 10 fit
+    assert er.ndcg_at_k([f"r{i}" for i in range(10)], judg) == pytest.approx(1.0)
+    two = {"a": 1, "b": 1}
+    assert er.ndcg_at_k(["a"], two) == pytest.approx(1 / (1 + 1 / log2(3)))  # 0.6131
+
+
+def test_ndcg_no_relevant_is_zero_and_duplicates_do_not_count_twice():
+    assert er.ndcg_at_k(["a", "b"], {"a": 0}) == 0.0
+    assert er.ndcg_at_k(["a", "b"], {}) == 0.0
+    judg = {"a": 1, "b": 1}
+    assert er.ndcg_at_k(["a", "a", "b"], judg) == pytest.approx(1.0)  # dedup: a@1, b@2
+
+
+def test_negative_grades_are_not_relevant():
+    assert er.ndcg_at_k(["a"], {"a": -1, "b": 1}) == 0.0
+    assert er.recall_at_k(["a"], {"a": -1, "b": 1}) == 0.0
+
+
+# -- recall@10, MRR -----------------------------------------------------------------------------
+
+
+def test_recall_at_10_hand_computed():
+    judg = {"a": 1, "b": 2, "c": 1, "d": 0}
+    assert er.recall_at_k(["a", "x", "c"], judg) == pytest.approx(2 / 3)
+    assert er.recall_at_k(["x"] * 3, judg) == 0.0
+    ranked = [f"x{i}" for i in range(10)] + ["a", "b", "c"]
+    assert er.recall_at_k(ranked, judg) == 0.0  # past the cut-off
+    assert er.recall_at_k(["b", "a", "c"], judg) == 1.0
+    # BEIR's definition: the denominator is all relevant documents, even past k
+    many = {f"r{i}": 1 for i in range(20)}
+    assert er.recall_at_k([f"r{i}" for i in range(10)], many) == pytest.approx(0.5)
+    assert er.recall_at_k(["a"], {}) == 0.0
+
+
+def test_mrr():
+    judg = {"a": 1}
+    assert er.mrr_at_k(["x", "y", "a"], judg) == pytest.approx(1 / 3)
+    assert er.mrr_at_k([f"x{i}" for i in range(10)] + ["a"], judg) == 0.0
+    assert er.mrr_at_k(["x", "x", "a"], judg) == pytest.approx(1 / 2)  # a repeated row counts once
+
+
+def test_evaluate_means_and_missing_queries_score_zero():
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"c": 1}}
+    runs = {"q1": ["a"], "q2": ["x", "b"]}  # q3 never answered
+    res = er.evaluate(runs, qrels, ["q1", "q2", "q3"])
+    assert res["queries"] == 3
+    assert res["ndcg@10"] == pytest.approx(round((1 + 1 / log2(3) + 0) / 3, 4))
+    assert res["recall@10"] == pytest.approx(round(2 / 3, 4))
+    assert res["mrr@10"] == pytest.approx(round(1.5 / 3, 4))
+    assert er.evaluate({}, qrels, [])["queries"] == 0
+
+
+# -- reading ascending answers from the tail ------------------------------------------------------
+
+
+def test_ranked_ids_reads_best_last():
+    msgs = [
+        {"ref": "mem:3", "id": "worst", "content": "..."},
+        {"ref": "mem:2", "id": "middle"},
+        {"ref": "mem:1", "id": "best"},
+    ]
+    assert er.ranked_ids(msgs) == ["best", "middle", "worst"]
+    judg = {"best": 1}
+    assert er.ndcg_at_k(er.ranked_ids(msgs), judg) == pytest.approx(1.0)
+    # reading from the head would have put it at rank 3
+    assert er.ndcg_at_k([m["id"] for m in msgs], judg) == pytest.approx(0.5)
+
+
+def test_ranked_ids_tail_cut_keeps_the_best_ten():
+    # 12 rows ascending: rows 0..11, the best is the last; the top 10 are rows 11..2
+    msgs = [{"ref": f"mem:{i}", "id": f"d{i}"} for i in range(12)]
+    ranked = er.ranked_ids(msgs)
+    assert ranked[:10] == [f"d{i}" for i in range(11, 1, -1)]
+    assert er.recall_at_k(ranked, {"d0": 1}) == 0.0  # the worst row is past the cut
+    assert er.recall_at_k(ranked, {"d2": 1}) == 1.0
+    # CPersona puts an extra reservation ("block") row at the low end: it falls past the cut
+    cp = [{"ref": "mem:99", "id": "blk", "match_reason": {"signal": "block"}}, *msgs[2:]]
+    assert er.ranked_ids(cp)[:10] == [f"d{i}" for i in range(11, 1, -1)]
+
+
+def test_ranked_ids_falls_back_to_ref_and_dedups():
+    msgs = [
+        {"ref": "mem:7"},  # no id: looked up by ref
+        {"ref": "mem:9", "id": ""},  # empty id: same
+        {"ref": "mem:5", "id": "a"},
+        {"ref": "ep:1"},  # unknown ref: kept as itself, never relevant
+        {"ref": "mem:5", "id": "a"},  # duplicate of the best
+    ]
+    ranked = er.ranked_ids(msgs, {"mem:7": "seven", "mem:9": "nine"})
+    assert ranked == ["a", "ep:1", "nine", "seven"]
+    assert er.ranked_ids([{"content": "no id, no ref"}]) == []
+    assert er.ranked_ids([]) == []
+
+
+# -- qrels and dataset loading ----------------------------------------------------------------
+
+
+def test_load_qrels_trec_and_beir(tmp_path: Path):
+    trec = tmp_path / "qrels.txt"
+    trec.write_text("# comment\nq1 0 d1 1\nq1 0 d2 2\n\nq2 0 d3 0\nq1 0 d1 3\n")
+    assert er.load_qrels(trec) == {"q1": {"d1": 3, "d2": 2}, "q2": {"d3": 0}}  # last grade wins
+    beir = tmp_path / "test.tsv"
+    beir.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td9\t2\n")
+    assert er.load_qrels(beir) == {"q1": {"d1": 1}, "q2": {"d9": 2}}
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("q1 0 d1 1\nq1 d2\n")
+    with pytest.raises(ValueError, match="3 or 4 columns"):
+        er.load_qrels(bad)
+    bad.write_text("q1 0 d1 1\nq1 0 d2 high\n")
+    with pytest.raises(ValueError, match="not an integer"):
+        er.load_qrels(bad)
+
+
+def _write_dataset(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    docs = [{"id": f"doc{i}", "text": f"text {i}"} for i in range(10)]
+    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    queries = [
+        {"id": "d1", "set": "dictionary", "text": "query one"},
+        {"id": "d2", "set": "dictionary", "text": "query two"},
+        {"id": "e1", "set": "examples", "text": "query three"},
+        {"id": "e2", "set": "examples", "text": "no judgments"},
+    ]
+    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    (root / "qrels.tsv").write_text("d1\t0\tdoc9\t1\nd2\t0\tdoc8\t1\ne1\t0\tdoc7\t1\ne1\t0\tdoc0\t0\n")
+
+
+def test_load_dataset_and_subset(tmp_path: Path):
+    _write_dataset(tmp_path / "ds")
+    ds = er.load_dataset(tmp_path / "ds")
+    assert list(ds.docs)[:2] == ["doc0", "doc1"] and len(ds.docs) == 10
+    assert {n: list(q) for n, q in ds.query_sets.items()} == {"dictionary": ["d1", "d2"], "examples": ["e1", "e2"]}
+    assert ds.relevant("e1") == {"doc7"}
+    assert set(ds.meta["sha256"]) == {"corpus.jsonl", "queries.jsonl", "qrels.tsv"}
+
+    small = er.subset(ds, max_docs=4, max_queries=1)
+    # one query per set (e2 has no relevant doc and is never kept), their answers first
+    assert {n: list(q) for n, q in small.query_sets.items()} == {"dictionary": ["d1"], "examples": ["e1"]}
+    assert set(small.docs) == {"doc9", "doc7", "doc0", "doc1"}
+    assert small.qrels == {"d1": {"doc9": 1}, "e1": {"doc7": 1, "doc0": 0}}
+
+    tight = er.subset(ds, max_docs=2)  # room for the answers of two queries only
+    kept = [q for qs in tight.query_sets.values() for q in qs]
+    assert len(tight.docs) == 2 and len(kept) == 2
+    assert all(tight.relevant(q) <= set(tight.docs) for q in kept)
+
+    assert er.subset(ds).docs == ds.docs  # no caps: everything (minus unanswerable queries)
+
+
+def test_committed_dataset_is_consistent():
+    ds = er.load_dataset()
+    assert len(ds.docs) == 5000 and len(set(ds.docs.values())) == 5000  # distinct texts
+    assert {n: len(q) for n, q in ds.query_sets.items()} == {"dictionary": 400, "examples": 400}
+    for qs in ds.query_sets.values():
+        for q in qs:
+            rel = ds.relevant(q)
+            assert len(rel) == 1 and rel <= ds.docs.keys()
+
+
+# -- the memstream HTTP client, against a mock transport ----------------------------------------
+
+
+def test_memstream_client_store_and_recall_shapes():
+    seen: list[tuple[str, dict]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append((request.url.path, body))
+        if request.url.path == "/v1/tools/store":
+            return httpx.Response(200, json={"ok": True, "result": "stored", "id": 1})
+        return httpx.Response(200, json={"messages": [{"ref": "mem:2", "id": "b"}, {"ref": "mem:1", "id": "a"}]})
+
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        assert er.memstream_store(client, "http://m")("a", "text a")["result"] == "stored"
+        msgs = er.memstream_recall(client, "http://m")("what is a")
+    assert seen[0] == ("/v1/tools/store", {"agent_id": er.AGENT, "content": "text a", "id": "a"})
+    assert seen[1] == ("/v1/tools/recall", {"agent_id": er.AGENT, "query": "what is a", "limit": 10})
+    assert er.ranked_ids(msgs) == ["a", "b"]
+
+
+def test_memstream_client_reports_missing_recall_and_failures():
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/recall"):
+            return httpx.Response(404, json={"ok": False, "error": "Unknown tool: recall"})
+        return httpx.Response(400, json={"ok": False, "error": "bad"})
+
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        with pytest.raises(er.RecallUnavailable):
+            er.memstream_recall(client, "http://m")("q")
+        assert er.memstream_store(client, "http://m")("a", "t")["result"] == "http_400"
+
+
+def test_run_queries_and_store_all_with_fakes():
+    ds = er.Dataset(
+        docs={"a": "alpha", "b": "beta"},
+        query_sets={"s": {"q1": "find alpha", "q2": "find beta", "q3": "broken"}},
+        qrels={"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"a": 1}},
+    )
+    stats, refs = er.store_all(lambda d, t: {"ok": True, "result": "stored", "id": ord(d)}, ds.docs, 2, "t")
+    assert stats["outcomes"] == {"stored": 2} and refs == {"mem:97": "a", "mem:98": "b"}
+
+    def recall(q: str) -> list[dict]:
+        if q == "broken":
+            raise RuntimeError("boom")
+        target = "a" if "alpha" in q else "b"
+        other = "b" if target == "a" else "a"
+        return [{"ref": "x", "id": target}, {"ref": "y", "id": other}]  # relevant one is LAST-but-one
+
+    res = er.run_queries(recall, ds)["s"]
+    assert res["queries"] == 3 and res["errors"] == 1
+    assert res["ndcg@10"] == pytest.approx(round(2 * (1 / log2(3)) / 3, 4))
+    assert res["mean_rows"] == 2.0
+
+
+def test_markdown_table_shape():
+    results = [
+        {
+            "system": "memstream",
+            "mode": "dense",
+            "query_sets": {
+                "s": {"ndcg@10": 0.5, "recall@10": 0.75, "mrr@10": 0.4, "mean_rows": 9.5, "recall_ms_p50": 12.0}
+            },
+        },
+        {
+            "system": "reference",
+            "mode": "exact-cosine",
+            "query_sets": {"s": {"ndcg@10": 0.6, "recall@10": 0.8, "mrr@10": 0.5}},
+        },
+    ]
+    table = er.markdown_table(results, ["s"]).splitlines()
+    assert table[0].startswith("| system | mode | s NDCG@10 | s R@10 | s MRR@10 |")
+    assert table[2] == "| memstream | dense | 0.500 | 0.750 | 0.400 | 9.5 | 12 |"
+    assert table[3].endswith("| – | – |")
+
+
+def test_evaluate_standard_error_and_per_query():
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}}
+    res = er.evaluate({"q1": ["a"], "q2": ["x"]}, qrels, ["q1", "q2"], per_query=True)
+    assert res["per_query_ndcg@10"] == {"q1": 1.0, "q2": 0.0}
+    assert res["ndcg@10_se"] == pytest.approx(round(math.sqrt(0.5) / math.sqrt(2), 4))  # stdev([1, 0]) / sqrt(2)
+    assert "per_query_ndcg@10" not in er.evaluate({}, qrels, ["q1"])
+
+
+def test_paired_diff_and_report():
+    a = {"q1": 1.0, "q2": 0.5, "q3": 0.0}
+    b = {"q1": 0.5, "q2": 0.5, "q4": 1.0}  # q3, q4 not shared
+    d = er.paired_diff(a, b)
+    assert d == {"mean": 0.25, "se": pytest.approx(0.25), "queries": 2}  # diffs [0.5, 0]
+    assert er.paired_diff({}, b) == {"mean": 0.0, "se": 0.0, "queries": 0}
+    key = "per_query_ndcg@10"
+    results = [
+        {"system": "cpersona", "mode": "rrf", "query_sets": {"s": {key: b}}},
+        {"system": "memstream", "mode": "rrf", "query_sets": {"s": {key: a}}},
+    ]
+    rep = er.paired_report(results, ("cpersona", "rrf"))
+    assert rep == {"memstream/rrf": {"s": d}}
+    assert er.paired_report(results, ("nobody", "x")) == {}
