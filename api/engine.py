@@ -19,8 +19,10 @@ import numpy as np
 
 from memstream.api.settings import Settings
 from memstream.projections.history import HistoryProjection
+from memstream.projections.lexical import LexicalProjection
 from memstream.projections.precision import PrecisionProjection
 from memstream.projections.records import EpisodesProjection, MemoriesProjection, ProfilesProjection
+from memstream.projections.vectors import VectorProjection
 from memstream.streams.commands import Command
 from memstream.streams.decision import Limits
 from memstream.streams.embedded_bus import EmbeddedCommandBus
@@ -54,6 +56,8 @@ def read_models() -> list[Any]:
         ProfilesProjection(),
         HistoryProjection(),
         PrecisionProjection(),
+        VectorProjection(),
+        LexicalProjection(),
     ]
 
 
@@ -76,6 +80,8 @@ class Engine:
         self.profiles: ProfilesProjection = models[2]
         self.history: HistoryProjection = models[3]
         self.precision: PrecisionProjection = models[4]
+        self.vectors: VectorProjection = models[5]
+        self.lexical: LexicalProjection = models[6]
         self.runner = ProjectionRunner(self.log, models, self.snapshots, checkpoint_every=settings.snapshot_every)
         self._embedder = embedder
         self._embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")

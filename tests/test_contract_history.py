@@ -129,7 +129,9 @@ async def test_h2_cli_rebuild_reports_equal_digests_without_an_embedder(settings
     text = out.stdout.decode()
     report = orjson.loads(text[text.index("{") :])
     assert report["equal"] is True and report["events"] > 0
-    assert set(report["projections"]) == {"memories", "episodes", "profiles", "history", "precision", "decision"}
+    assert set(report["projections"]) == {
+        "memories", "episodes", "profiles", "history", "precision", "vectors", "lexical", "decision"
+    }  # fmt: skip
 
 
 def test_cli_history_and_tail(settings: Settings, tmp_path: Path) -> None:

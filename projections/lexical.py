@@ -1,0 +1,562 @@
+"""The lexical projection: BM25 over memories and episodes, plus CPersona's keyword channel.
+
+A fold of ``memory.stored/updated/deleted``, ``episode.archived/deleted`` and
+``agent_data.deleted`` into one in-memory inverted index per agent (every read names its agent,
+so an agent's index is all a query touches). Why this engine and not tantivy, SQLite FTS5 or
+bm25s, with figures: ``docs/lexical.md``.
+
+Layout of one agent's index:
+
+- *slots*: one per indexed text version. A store appends a slot; an update kills the old slot and
+  appends a new one; a delete kills a slot. Per-slot columns (numpy, grown by doubling) hold the
+  token count, the creation offset (``seq``: the recency order), the project and channel codes
+  and an alive flag; dead slots stay in postings until a compaction renumbers the agent.
+- *BM25 postings*: term -> ``array('i')`` of interleaved (slot, term frequency), appended in C
+  on every add, copied into numpy at query time. ``df``, the live row count and the live token
+  total are kept exactly, so scores are those of the live rows alone, whatever dead slots linger.
+- *keyword words*: every distinct whitespace-separated word of the normalised text, with an
+  ``array('i')`` of slots, and all words joined in one string; a query term is found by
+  ``str`` search over that string (the distinct words, ~1 MB at 100k rows), never over the rows.
+
+Determinism (H2): the snapshot is the logical content only -- per agent, each live row's ref,
+project, channel, creation offset and raw text, in offset order -- so equal states give equal
+snapshots however they were reached (slot numbering, dead slots and compactions are invisible).
+Answers are a function of that content too: scores use live statistics, a row's score is summed
+term by term in query order, and ties break by recency (``seq``), never by slot.
+
+Not thread-safe: fold and read from one thread (the API folds just before each read).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+from collections.abc import Iterable
+from sys import intern
+from typing import Any, Final
+
+import numpy as np
+
+from memstream.projections.lexical_text import is_cjk, keyword_terms, normalize, query_tokens, tokens_of_normalized
+from memstream.projections.scope import ScopeFilter
+
+K1: Final = 1.2
+B: Final = 0.75
+SNAPSHOT_VERSION: Final = 1
+# Compact an agent when its dead slots outnumber its live rows (and at least this many).
+COMPACT_MIN_DEAD: Final = 4096
+# Block size of the top-k pre-selection (``_AgentIndex._top``).
+BLOCK: Final = 64
+
+_NO_IDS: Final = np.zeros(0, dtype=np.int64)
+
+
+def _grow(a: np.ndarray, cap: int) -> np.ndarray:
+    out = np.zeros(cap, dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+class _AgentIndex:
+    """One agent's rows, BM25 postings and keyword words (see the module docstring)."""
+
+    REBUILD_MIN_WORDS = 1024  # compaction re-indexes from text past this many words, mostly dead
+
+    def __init__(self) -> None:
+        self.n = 0  # slots used
+        self.seq = np.zeros(16, dtype=np.int64)
+        self.dlen = np.zeros(16, dtype=np.float64)
+        self.proj = np.zeros(16, dtype=np.int32)
+        self.chan = np.zeros(16, dtype=np.int32)
+        self.alive = np.zeros(16, dtype=bool)
+        self.refs: list[str] = []
+        self.texts: list[str | None] = []  # raw text of live slots (None once dead)
+        self.slot_of: dict[str, int] = {}  # live ref -> slot
+        self.codes: dict[str, int] = {}  # project/channel string -> code
+        self.names: list[str] = []  # code -> string
+        self.buckets: Counter[tuple[str, str]] = Counter()  # live rows per (project, channel)
+        self.dead = 0
+        self.total_len = 0
+        self.post: dict[str, array] = {}  # term -> interleaved (slot, tf)
+        self.df: dict[str, int] = {}  # term -> live rows holding it
+        self.kw = _WordIndex()
+
+    # -- writes -------------------------------------------------------------------------
+
+    def _code(self, s: str) -> int:
+        c = self.codes.get(s)
+        if c is None:
+            c = self.codes[s] = len(self.names)
+            self.names.append(s)
+        return c
+
+    def add(self, ref: str, project: str, channel: str, seq: int, text: str) -> None:
+        if ref in self.slot_of:
+            self.remove(ref)
+        slot = self.n
+        if slot == self.seq.shape[0]:
+            cap = slot * 2
+            self.seq, self.dlen = _grow(self.seq, cap), _grow(self.dlen, cap)
+            self.proj, self.chan, self.alive = _grow(self.proj, cap), _grow(self.chan, cap), _grow(self.alive, cap)
+        norm = normalize(text)
+        toks = tokens_of_normalized(norm)
+        self.n = slot + 1
+        self.seq[slot] = seq
+        self.dlen[slot] = len(toks)
+        self.proj[slot] = self._code(project)
+        self.chan[slot] = self._code(channel)
+        self.alive[slot] = True
+        self.refs.append(ref)
+        self.texts.append(text)
+        self.slot_of[ref] = slot
+        self.buckets[(project, channel)] += 1
+        self.total_len += len(toks)
+        post, df = self.post, self.df
+        for t, c in Counter(toks).items():
+            a = post.get(t)
+            if a is None:
+                a = post[intern(t)] = array("i")  # interned: the keyword grams share the string
+            a.append(slot)
+            a.append(c)
+            df[t] = df.get(t, 0) + 1
+        self.kw.add(slot, dict.fromkeys(norm.split()))
+
+    def remove(self, ref: str) -> None:
+        slot = self.slot_of.pop(ref, None)
+        if slot is None:
+            return
+        text = self.texts[slot]
+        assert text is not None
+        self.texts[slot] = None
+        self.alive[slot] = False
+        self.dead += 1
+        key = (self.names[self.proj[slot]], self.names[self.chan[slot]])
+        self.buckets[key] -= 1
+        if not self.buckets[key]:
+            del self.buckets[key]
+        self.total_len -= int(self.dlen[slot])
+        norm = normalize(text)
+        for t in set(tokens_of_normalized(norm)):
+            left = self.df[t] - 1
+            if left:
+                self.df[t] = left
+            else:  # every posting of t is dead now: free them
+                del self.df[t]
+                del self.post[t]
+        if self.dead >= COMPACT_MIN_DEAD and self.dead > len(self.slot_of):
+            self.compact()
+
+    def live_rows(self) -> list[tuple[str, str, str, int, str]]:
+        """(ref, project, channel, seq, text) of every live row, oldest creation first."""
+        rows = []
+        for ref, slot in self.slot_of.items():
+            text = self.texts[slot]
+            assert text is not None
+            rows.append((ref, self.names[self.proj[slot]], self.names[self.chan[slot]], int(self.seq[slot]), text))
+        rows.sort(key=lambda r: r[3])
+        return rows
+
+    def rebuild(self) -> None:
+        """Re-index the live rows from their text (dead slots, postings and words all go)."""
+        rows = self.live_rows()
+        self.__init__()  # type: ignore[misc]
+        for row in rows:
+            self.add(*row)
+
+    def compact(self) -> None:
+        """Drop dead slots and renumber the live ones, in numpy (no text is re-tokenised).
+
+        Words that no live row holds any more stay in the keyword vocabulary; when they are
+        the majority, the agent is re-indexed from its text instead (``rebuild``)."""
+        n = self.n
+        live = np.flatnonzero(self.alive[:n])
+        m = live.shape[0]
+        kw = self.kw
+        if kw.dw:
+            kw._merge()
+        n_words = len(kw.words)
+        word_of = np.repeat(np.arange(n_words), np.diff(kw.ptr)[:n_words])
+        keep = self.alive[kw.flat]
+        per_word = np.bincount(word_of[keep], minlength=n_words)
+        if n_words > self.REBUILD_MIN_WORDS and 2 * int(np.count_nonzero(per_word)) < n_words:
+            self.rebuild()
+            return
+        remap = np.full(n, -1, dtype=np.int32)
+        remap[live] = np.arange(m, dtype=np.int32)
+        cap = max(16, m)
+        for name in ("seq", "dlen", "proj", "chan", "alive"):
+            col = getattr(self, name)
+            out = np.zeros(cap, dtype=col.dtype)
+            out[:m] = col[live]
+            setattr(self, name, out)
+        keep_slots = live.tolist()
+        self.refs = [self.refs[i] for i in keep_slots]
+        self.texts = [self.texts[i] for i in keep_slots]
+        self.slot_of = {ref: i for i, ref in enumerate(self.refs)}
+        self.n, self.dead = m, 0
+        alive = np.zeros(n, dtype=bool)
+        alive[live] = True
+        for t, a in self.post.items():
+            pairs = np.frombuffer(a, dtype=np.int32).reshape(-1, 2)
+            pairs = pairs[alive[pairs[:, 0]]]  # a copy: no view of ``a`` survives
+            pairs[:, 0] = remap[pairs[:, 0]]
+            fresh = array("i")
+            fresh.frombytes(pairs.tobytes())
+            self.post[t] = fresh
+        kw.flat = remap[kw.flat[keep]]
+        ptr = np.zeros(n_words + 1, dtype=np.int64)
+        np.cumsum(per_word, out=ptr[1:])
+        kw.ptr = ptr
+
+    # -- reads --------------------------------------------------------------------------
+
+    def _valid(self, scope: ScopeFilter, size: int) -> np.ndarray:
+        """Alive and admitted by the scope, per slot (``size`` >= n; the padding is False)."""
+        ok = np.zeros(size, dtype=bool)
+        n = self.n
+        ok[:n] = self.alive[:n]
+        if scope.project_id is not None:
+            p = self.proj[:n]
+            ok[:n] &= (p == self.codes.get(scope.project_id, -1)) | (p == self.codes.get("", -1))
+        if scope.channel:
+            c = self.chan[:n]
+            ok[:n] &= (c == self.codes.get(scope.channel, -1)) | (c == self.codes.get("", -1))
+        return ok
+
+    def _top(self, key: np.ndarray, k: int) -> np.ndarray:
+        """Slots of the ``k`` largest positive ``key`` entries, best first, ties newest first.
+
+        ``key`` is padded to a multiple of ``BLOCK``. The k-th largest block maximum is a lower
+        bound of the k-th largest entry, so the entries at or above it are few and hold the
+        whole answer (every tie included): the exact ordering runs on them only.
+        """
+        if key.shape[0] > 4 * BLOCK:
+            maxima = key.reshape(-1, BLOCK).max(axis=1)
+            floor = np.partition(maxima, maxima.shape[0] - k)[maxima.shape[0] - k] if maxima.shape[0] > k else 0
+            cand = np.flatnonzero(key >= floor) if floor > 0 else np.flatnonzero(key > 0)
+        else:
+            cand = np.flatnonzero(key > 0)
+        vals = key[cand]
+        order = np.lexsort((-self.seq[cand], -vals))[:k]
+        return cand[order]
+
+    def count(self, scope: ScopeFilter) -> int:
+        return sum(n for (p, c), n in self.buckets.items() if scope.admits(p, c))
+
+    def bm25(self, scope: ScopeFilter, qtoks: list[str], k: int) -> list[tuple[str, float]]:
+        n_live = len(self.slot_of)
+        if not n_live or not self.total_len:
+            return []
+        slope = K1 * B / (self.total_len / n_live)
+        floor = K1 * (1.0 - B)
+        slots, contribs = [], []
+        for t in qtoks:
+            d = self.df.get(t)
+            if not d:
+                continue
+            pairs = np.frombuffer(self.post[t], dtype=np.int32).reshape(-1, 2)
+            s = pairs[:, 0].copy()
+            tf = pairs[:, 1].astype(np.float64)
+            del pairs  # no view of the array('i') outlives this line: appends may resize it
+            idf = math.log(1.0 + (n_live - d + 0.5) / (d + 0.5))
+            # idf * (k1 + 1) * tf / (tf + k1 * (1 - b + b * dl / avgdl)), in place
+            den = self.dlen[s]
+            den *= slope
+            den += floor
+            den += tf
+            np.divide(tf, den, out=den)
+            den *= idf * (K1 + 1.0)
+            slots.append(s)
+            contribs.append(den)
+        if not slots:
+            return []
+        # bincount adds in input order, so each row's score is summed term by term in query order.
+        size = -(-self.n // BLOCK) * BLOCK
+        scores = np.bincount(np.concatenate(slots), weights=np.concatenate(contribs), minlength=size)
+        scores *= self._valid(scope, size)
+        top = self._top(scores, k)
+        return [(self.refs[i], float(v)) for i, v in zip(top.tolist(), scores[top].tolist(), strict=True)]
+
+    def keyword(self, scope: ScopeFilter, terms: list[str], k: int) -> list[tuple[str, float]]:
+        n_live = len(self.slot_of)
+        if not n_live:
+            return []
+        size = -(-self.n // BLOCK) * BLOCK
+        alive = self.alive[: self.n]
+        hits: list[tuple[np.ndarray, int]] = []
+        for term in terms:
+            slots = self.kw.slots(self.kw.holding(term))
+            if not slots.shape[0]:
+                continue
+            m = np.zeros(size, dtype=bool)
+            m[slots] = True
+            m[: self.n] &= alive
+            df = int(np.count_nonzero(m))
+            if df:
+                hits.append((m, df))
+        if not hits:
+            return []
+        # A term most rows hold says nothing about which row is meant; like FTS5's bm25, which
+        # weighs such a phrase ~0 (CPersona's keyword arm then ranks without it), it does not
+        # count, unless every term is that common.
+        telling = [m for m, df in hits if 2 * df <= n_live] or [m for m, _ in hits]
+        small = np.zeros(size, dtype=np.uint8)  # at most KEYWORD_MAX_TERMS terms
+        for m in telling:
+            small += m.view(np.uint8)
+        small *= self._valid(scope, size)
+        counts = small.astype(np.int64)
+        # count first, then newest creation, as one int64 key (seq < 2**43, counts < 2**20):
+        # no ties, so the top-k pre-selection stays small even when thousands share a count.
+        key = counts << 43
+        key[: self.n] |= self.seq[: self.n]
+        key *= counts > 0
+        top = self._top(key, k)
+        return [(self.refs[i], float(c)) for i, c in zip(top.tolist(), counts[top].tolist(), strict=True)]
+
+
+class _WordIndex:
+    """Distinct whitespace words -> slots, for the keyword channel's substring search.
+
+    Words get ids in order of first sight and keep them until the agent is compacted. Which
+    words contain a term is answered by an n-gram index over the distinct words (never over
+    the rows): every bigram of a word, every trigram without a CJK character and every CJK
+    character maps to the ids of the words holding it (``_grams_of_word``). A term that is one
+    such gram is one lookup, exact; a longer term intersects the three rarest of its grams and
+    checks the few words left with ``in``.
+    Postings are a CSR (``ptr``/``flat``) over the words up to the last merge, plus the
+    (word, slot) pairs appended since (``dw``/``ds``), merged in when they reach 1/32 of it.
+    Postings of dead slots stay until compaction; reads mask them out.
+    """
+
+    MERGE_MIN = 4096
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.words: list[str] = []
+        self.grams: dict[str, array] = {}  # gram -> ascending word ids
+        self.ptr = np.zeros(1, dtype=np.int64)
+        self.flat = np.zeros(0, dtype=np.int32)
+        self.dw = array("i")
+        self.ds = array("i")
+
+    def add(self, slot: int, words: Iterable[str]) -> None:
+        ids, dw, ds = self.ids, self.dw, self.ds
+        for w in words:
+            wid = ids.get(w)
+            if wid is None:
+                wid = ids[w] = len(self.words)
+                self.words.append(w)
+                self._index_word(wid, w)
+            dw.append(wid)
+            ds.append(slot)
+        if len(dw) >= max(self.MERGE_MIN, self.flat.shape[0] // 32):
+            self._merge()
+
+    def _index_word(self, wid: int, w: str) -> None:
+        grams = _grams_of_word(w)
+        table = self.grams
+        for g in grams:
+            a = table.get(g)
+            if a is None:
+                a = table[intern(g)] = array("i")
+            a.append(wid)
+
+    def _merge(self) -> None:
+        """Fold the appended pairs into the CSR, vectorised: O(postings) numpy, no Python loop."""
+        dw = np.frombuffer(self.dw, dtype=np.int32).astype(np.int64)
+        ds = np.frombuffer(self.ds, dtype=np.int32).copy()
+        n_words = len(self.words)
+        old_ptr = np.concatenate((self.ptr, np.full(n_words + 1 - self.ptr.shape[0], self.ptr[-1])))
+        old_cnt = np.diff(old_ptr)
+        new_cnt = old_cnt + np.bincount(dw, minlength=n_words)
+        new_ptr = np.zeros(n_words + 1, dtype=np.int64)
+        np.cumsum(new_cnt, out=new_ptr[1:])
+        flat = np.empty(int(new_ptr[-1]), dtype=np.int32)
+        if self.flat.shape[0]:
+            shift = new_ptr[:-1] - old_ptr[:-1]
+            flat[np.repeat(shift, old_cnt) + np.arange(self.flat.shape[0])] = self.flat
+        o = np.argsort(dw, kind="stable")
+        dws = dw[o]
+        rank = np.arange(dws.shape[0]) - np.searchsorted(dws, dws, side="left")
+        flat[new_ptr[dws] + old_cnt[dws] + rank] = ds[o]
+        self.ptr, self.flat = new_ptr, flat
+        self.dw, self.ds = array("i"), array("i")
+
+    def holding(self, term: str) -> np.ndarray:
+        """Ascending ids of the words that contain ``term`` (a substring without whitespace)."""
+        probes = _probe_grams(term)
+        if probes is None:  # one non-CJK character: not indexed (keyword_terms never asks)
+            return np.array([i for i, w in enumerate(self.words) if term in w], dtype=np.int64)
+        postings = []
+        for g in probes:
+            a = self.grams.get(g)
+            if a is None:
+                return _NO_IDS
+            postings.append(a)
+        postings.sort(key=len)
+        cand = np.frombuffer(postings[0], dtype=np.int32).astype(np.int64)
+        if len(probes) == 1 and probes[0] == term:
+            return cand  # the term is itself an indexed gram: exact
+        for a in postings[1:3]:
+            cand = np.intersect1d(cand, np.frombuffer(a, dtype=np.int32).astype(np.int64), assume_unique=True)
+        words = self.words
+        return np.array([i for i in cand.tolist() if term in words[i]], dtype=np.int64)
+
+    def slots(self, wids: np.ndarray) -> np.ndarray:
+        """Slots holding any of the words (with repeats; dead slots included)."""
+        parts = []
+        fw = wids[: np.searchsorted(wids, self.ptr.shape[0] - 1)]
+        if fw.shape[0]:
+            first = self.ptr[fw]
+            cnt = self.ptr[fw + 1] - first
+            total = int(cnt.sum())
+            if total:
+                parts.append(self.flat[np.repeat(first - (np.cumsum(cnt) - cnt), cnt) + np.arange(total)])
+        if len(self.dw) and wids.shape[0]:
+            sel = np.zeros(len(self.words), dtype=bool)
+            sel[wids] = True
+            parts.append(np.frombuffer(self.ds, dtype=np.int32)[sel[np.frombuffer(self.dw, dtype=np.int32)]])
+        if not parts:
+            return np.zeros(0, dtype=np.int32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _grams_of_word(w: str) -> set[str]:
+    """What a keyword word is indexed under: its bigrams, its trigrams without CJK characters,
+    and its CJK characters. CJK trigrams are left out: in running CJK text nearly every
+    trigram is new, and indexing them would grow the table with the text, not the language."""
+    grams = {w[i : i + 2] for i in range(len(w) - 1)}
+    if w.isascii():
+        grams.update(w[i : i + 3] for i in range(len(w) - 2))
+        return grams
+    cjk = [is_cjk(c) for c in w]
+    grams.update(w[i : i + 3] for i in range(len(w) - 2) if not (cjk[i] or cjk[i + 1] or cjk[i + 2]))
+    grams.update(c for c, flag in zip(w, cjk, strict=True) if flag)
+    return grams
+
+
+def _probe_grams(term: str) -> list[str] | None:
+    """Indexed grams every word containing ``term`` holds (None: a lone non-CJK character)."""
+    n = len(term)
+    if n == 1:
+        return [term] if is_cjk(term) else None
+    cjk = [is_cjk(c) for c in term] if not term.isascii() else [False] * n
+    out = []
+    for i in range(n - 1):
+        if i + 3 <= n and not (cjk[i] or cjk[i + 1] or cjk[i + 2]):
+            out.append(term[i : i + 3])
+        elif i + 3 > n and n >= 3 and not (cjk[i - 1] or cjk[i] or cjk[i + 1]):
+            continue  # this bigram is inside the trigram just taken
+        else:
+            out.append(term[i : i + 2])
+    return list(dict.fromkeys(out))
+
+
+def _text_of_episode(p: dict[str, Any]) -> str:
+    kw = p.get("keywords") or ""
+    return f"{p['summary']}\n{kw}" if kw else p["summary"]
+
+
+class LexicalProjection:
+    """BM25 (``search``) and keyword (``keyword``) retrieval over memories and episodes."""
+
+    name = "lexical"
+
+    def __init__(self) -> None:
+        self.offset: int = -1
+        self.agents: dict[str, _AgentIndex] = {}
+
+    def _agent(self, agent_id: str) -> _AgentIndex:
+        idx = self.agents.get(agent_id)
+        if idx is None:
+            idx = self.agents[agent_id] = _AgentIndex()
+        return idx
+
+    # -- the fold -----------------------------------------------------------------------
+
+    def apply(self, offset: int, ev: dict[str, Any]) -> None:
+        t = ev["type"]
+        idx: _AgentIndex | None
+        if t == "memory.stored" or t == "episode.archived":
+            s = ev["scope"]
+            p = ev["payload"]
+            idx = self._agent(s["agent_id"])
+            if t == "memory.stored":
+                ref, text = f"mem:{p['id']}", p["content"]
+            else:
+                ref, text = f"ep:{p['id']}", _text_of_episode(p)
+            old = idx.slot_of.get(ref)
+            seq = int(idx.seq[old]) if old is not None else offset  # a re-applied create keeps its place
+            idx.add(ref, s.get("project_id", ""), s.get("channel", ""), seq, text)
+        elif t == "memory.updated":
+            p = ev["payload"]
+            if p.get("kind", "mem") != "mem":
+                return
+            idx = self.agents.get(ev["scope"]["agent_id"])
+            ref = f"mem:{p['id']}"
+            if idx is None or ref not in idx.slot_of:
+                return
+            slot = idx.slot_of[ref]
+            # The row keeps its bucket and its place in recency; only its text changes.
+            idx.add(ref, idx.names[idx.proj[slot]], idx.names[idx.chan[slot]], int(idx.seq[slot]), p["content"])
+        elif t == "memory.deleted" or t == "episode.deleted":
+            p = ev["payload"]
+            idx = self.agents.get(ev["scope"]["agent_id"])
+            if idx is not None:
+                kind = "ep" if t == "episode.deleted" else p.get("kind", "mem")
+                idx.remove(f"{kind}:{p['id']}")
+        elif t == "agent_data.deleted":
+            p = ev["payload"]
+            idx = self.agents.get(ev["scope"]["agent_id"])
+            if idx is not None:
+                for mid in p.get("memory_ids", ()):
+                    idx.remove(f"mem:{mid}")
+                for eid in p.get("episode_ids", ()):
+                    idx.remove(f"ep:{eid}")
+
+    # -- reads --------------------------------------------------------------------------
+
+    def search(self, scope: ScopeFilter, query: str, k: int) -> list[tuple[str, float]]:
+        """BM25 (k1 1.2, b 0.75, Lucene's idf), best first: ``[(ref, score)]``."""
+        idx = self.agents.get(scope.agent_id)
+        if idx is None or k <= 0:
+            return []
+        qtoks = query_tokens(query)
+        return idx.bm25(scope, qtoks, k) if qtoks else []
+
+    def keyword(self, scope: ScopeFilter, query: str, k: int) -> list[tuple[str, float]]:
+        """Rows holding query terms as case-insensitive substrings of their normalised text.
+
+        Terms are the query's whitespace-separated words (edge punctuation stripped; one-letter
+        non-CJK terms dropped). Ranked by how many terms a row holds, then newest creation
+        first; the score is that count. A term that more than half the agent's rows hold does
+        not count unless all terms are that common."""
+        idx = self.agents.get(scope.agent_id)
+        if idx is None or k <= 0:
+            return []
+        terms = keyword_terms(query)
+        return idx.keyword(scope, terms, k) if terms else []
+
+    def count(self, scope: ScopeFilter) -> int:
+        idx = self.agents.get(scope.agent_id)
+        return idx.count(scope) if idx is not None else 0
+
+    # -- snapshot -----------------------------------------------------------------------
+
+    def to_snapshot(self) -> dict[str, Any]:
+        agents = {}
+        for agent in sorted(self.agents):
+            rows = self.agents[agent].live_rows()
+            if rows:
+                agents[agent] = [list(r) for r in rows]
+        return {"version": SNAPSHOT_VERSION, "agents": agents}
+
+    def load_snapshot(self, body: dict[str, Any]) -> None:
+        if body.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"lexical snapshot version {body.get('version')!r}, expected {SNAPSHOT_VERSION}")
+        self.agents = {}
+        for agent, rows in body["agents"].items():
+            idx = self._agent(agent)
+            for ref, project, channel, seq, text in rows:
+                idx.add(ref, project, channel, int(seq), text)

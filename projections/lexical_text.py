@@ -1,0 +1,154 @@
+"""Text analysis for the lexical projection: normalisation, BM25 tokens, keyword words.
+
+Every string the lexical projection indexes or is asked about goes through ``normalize``
+(NFKC, then casefold, then NFKC again so a casefold never leaves a non-normal string), so a
+full-width ``Ｐｙｔｈｏｎ``, a ligature ``ﬁle`` and ``STRASSE``/``straße`` meet their plain forms.
+
+BM25 tokens (``tokens``):
+
+- runs of letters, digits and combining marks are words; ``_`` and punctuation separate words
+  (``snake_case`` gives ``snake``, ``case``; ``sha256:ab12`` gives ``sha256``, ``ab12``);
+- a run of CJK characters (Han, Hiragana, Katakana, Hangul) has no spaces to split on, so it is
+  cut into overlapping character bigrams (``東京タワー`` → ``東京 京タ タワ ワー``); a lone CJK
+  character stands as itself. This is what Lucene's CJK analyzer does: it needs no dictionary,
+  treats Chinese, Japanese and Korean alike, and a CJK query finds CJK text whichever way it is
+  phrased inside a longer sentence. Mixed text is cut at the script boundary
+  (``東京でPython勉強`` → ``東京 京で python 勉強``).
+
+Keyword words (``words``): the normalised text split on whitespace only. A query term holds no
+whitespace, so it occurs as a substring of a text exactly when it occurs inside one of the
+text's words: matching terms against the distinct words is the substring search, done once per
+word instead of once per row.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import unicodedata
+
+# Scripts written without spaces between words that the bigram rule covers.
+_CJK = (
+    "\u3005-\u3007"  # 々 〆 〇
+    "\u3040-\u309f"  # Hiragana
+    "\u30a0-\u30ff"  # Katakana (with ー)
+    "\u31f0-\u31ff"  # Katakana phonetic extensions
+    "\u3400-\u4dbf"  # CJK Extension A
+    "\u4e00-\u9fff"  # CJK Unified Ideographs
+    "\uf900-\ufaff"  # CJK Compatibility Ideographs
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u3130-\u318f"  # Hangul Compatibility Jamo
+    "\ua960-\ua97f"  # Hangul Jamo Extended-A
+    "\uac00-\ud7af"  # Hangul Syllables
+    "\ud7b0-\ud7ff"  # Hangul Jamo Extended-B
+    "\U00020000-\U0003134f"  # CJK Extensions B-G and the compatibility supplement
+)
+
+
+def _mark_class() -> str:
+    """Combining marks (categories M*) as a regex class body.
+
+    Python's ``\\w`` leaves them out, which would cut Devanagari, Thai, Bengali... words at
+    every vowel sign. Marks outside the first two planes are only the variation selectors
+    supplement, added as one range; scanning 128k code points costs ~15 ms once at import.
+    """
+    ranges: list[tuple[int, int]] = []
+    for cp in range(0x20000):
+        if unicodedata.category(chr(cp))[0] == "M":
+            if ranges and ranges[-1][1] == cp - 1:
+                ranges[-1] = (ranges[-1][0], cp)
+            else:
+                ranges.append((cp, cp))
+    ranges.append((0xE0100, 0xE01EF))
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+
+
+_MARKS = _mark_class()
+# A chunk: letters, digits, underscore and marks; CJK and underscores are split inside it.
+_CHUNK = re.compile(f"[\\w{_MARKS}]+")
+_CJK_OR_WORD = re.compile(f"([{_CJK}]+)|[^{_CJK}_]+")
+_CJK_CHAR = re.compile(f"[{_CJK}]")
+_ASCII_WORD = re.compile("[a-z0-9]+")  # the same rule for normalised ASCII text, 4x faster
+# What a keyword term loses at its edges (CPersona strips the same set from its FTS phrases).
+KEYWORD_EDGE_PUNCT = "\"'`.,;:!?()[]{}<>"
+# Non-CJK keyword terms shorter than this match too much to mean anything (a, e, 1).
+KEYWORD_MIN_CHARS = 2
+# A long query (a pasted paragraph) contributes only its longest distinct terms.
+KEYWORD_MAX_TERMS = 12
+
+assert sys.maxunicode >= 0x10FFFF
+
+
+def is_cjk(ch: str) -> bool:
+    """Whether a character is one of the scripts cut into bigrams (Han, kana, Hangul)."""
+    return _CJK_CHAR.match(ch) is not None
+
+
+def normalize(text: str) -> str:
+    """NFKC + casefold (ASCII fast path: lower)."""
+    if text.isascii():
+        return text.lower()
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+
+
+def _cjk_grams(run: str, out: list[str]) -> None:
+    if len(run) == 1:
+        out.append(run)
+    else:
+        out.extend(run[i : i + 2] for i in range(len(run) - 1))
+
+
+def tokens_of_normalized(norm: str) -> list[str]:
+    """BM25 tokens of already-normalised text, in text order, with repeats."""
+    if norm.isascii():
+        return _ASCII_WORD.findall(norm)
+    out: list[str] = []
+    for chunk in _CHUNK.findall(norm):
+        if chunk.isascii():
+            if "_" in chunk:
+                out.extend(p for p in chunk.split("_") if p)
+            else:
+                out.append(chunk)
+            continue
+        for m in _CJK_OR_WORD.finditer(chunk):
+            run = m.group(1)
+            if run is None:
+                out.append(m.group(0))
+            else:
+                _cjk_grams(run, out)
+    return out
+
+
+def tokens(text: str) -> list[str]:
+    """BM25 tokens of raw text."""
+    return tokens_of_normalized(normalize(text))
+
+
+def query_tokens(text: str) -> list[str]:
+    """Distinct BM25 tokens of a query, first occurrence order (a repeated word counts once)."""
+    return list(dict.fromkeys(tokens(text)))
+
+
+def words(text: str) -> list[str]:
+    """Distinct whitespace-separated words of the normalised text (the keyword vocabulary)."""
+    return list(dict.fromkeys(normalize(text).split()))
+
+
+def keyword_terms(query: str) -> list[str]:
+    """Keyword-channel terms: normalised, split on whitespace, edge punctuation stripped, distinct.
+
+    A term shorter than ``KEYWORD_MIN_CHARS`` is dropped unless it holds a CJK character (one
+    Han character is a word); past ``KEYWORD_MAX_TERMS`` terms, the longest are kept."""
+    out: list[str] = []
+    for raw in normalize(query).split():
+        t = raw.strip(KEYWORD_EDGE_PUNCT)
+        if not t:
+            continue
+        if len(t) < KEYWORD_MIN_CHARS and not _CJK_CHAR.search(t):
+            continue
+        out.append(t)
+    terms = list(dict.fromkeys(out))
+    if len(terms) > KEYWORD_MAX_TERMS:  # the longest are the most specific (ids, hashes, names)
+        keep = set(sorted(range(len(terms)), key=lambda i: (-len(terms[i]), i))[:KEYWORD_MAX_TERMS])
+        terms = [t for i, t in enumerate(terms) if i in keep]
+    return terms
