@@ -74,19 +74,43 @@ class Engine:
             snapshots=self.snapshots,
             snapshot_every=settings.snapshot_every,
         )
-        models = read_models()
-        self.memories: MemoriesProjection = models[0]
-        self.episodes: EpisodesProjection = models[1]
-        self.profiles: ProfilesProjection = models[2]
-        self.history: HistoryProjection = models[3]
-        self.precision: PrecisionProjection = models[4]
-        self.vectors: VectorProjection = models[5]
-        self.lexical: LexicalProjection = models[6]
-        self.runner = ProjectionRunner(self.log, models, self.snapshots, checkpoint_every=settings.snapshot_every)
+        self.runner = ProjectionRunner(
+            self.log, read_models(), self.snapshots, checkpoint_every=settings.snapshot_every
+        )
         self._embedder = embedder
         self._embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")
         self._read_lock = asyncio.Lock()
         self._started = False
+
+    # The read models, by position in ``read_models()``. Read through the runner, which may
+    # replace one whose checkpoint could not be loaded.
+    @property
+    def memories(self) -> MemoriesProjection:
+        return self.runner.projections[0]  # type: ignore[return-value]
+
+    @property
+    def episodes(self) -> EpisodesProjection:
+        return self.runner.projections[1]  # type: ignore[return-value]
+
+    @property
+    def profiles(self) -> ProfilesProjection:
+        return self.runner.projections[2]  # type: ignore[return-value]
+
+    @property
+    def history(self) -> HistoryProjection:
+        return self.runner.projections[3]  # type: ignore[return-value]
+
+    @property
+    def precision(self) -> PrecisionProjection:
+        return self.runner.projections[4]  # type: ignore[return-value]
+
+    @property
+    def vectors(self) -> VectorProjection:
+        return self.runner.projections[5]  # type: ignore[return-value]
+
+    @property
+    def lexical(self) -> LexicalProjection:
+        return self.runner.projections[6]  # type: ignore[return-value]
 
     @property
     def embedder(self) -> Embedder:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -19,6 +20,8 @@ import orjson
 from memstream.streams.events import decode
 from memstream.streams.log import EventLog
 from memstream.streams.snapshots import SnapshotStore
+
+log = logging.getLogger(__name__)
 
 
 class Projection(Protocol):
@@ -84,14 +87,21 @@ class ProjectionRunner:
         return min((p.offset for p in self.projections), default=-1)
 
     def restore(self) -> None:
-        """Resume each projection from its checkpoint, when one is sound."""
+        """Resume each projection from its checkpoint, when one is sound. A checkpoint that
+        cannot be loaded (damaged, or written by an incompatible version) is discarded and
+        that projection starts empty: the log rebuilds it."""
         if self.snapshots is None:
             return
-        for p in self.projections:
+        for i, p in enumerate(self.projections):
             body = self.snapshots.load(p.name)
-            if body is not None:
+            if body is None:
+                continue
+            try:
                 p.load_snapshot(body["state"])
                 p.offset = body["offset"]
+            except Exception as exc:
+                log.warning("checkpoint of %s is unusable (%s); rebuilding it from the log", p.name, exc)
+                self.projections[i] = type(p)()
 
     def checkpoint(self) -> None:
         if self.snapshots is not None:

@@ -169,3 +169,23 @@ async def test_h4_refusals_with_unpaired_surrogates_are_audited(engine: Engine) 
     audit = await call(engine, "audit_log", agent_id="sur")
     assert audit["count"] == 2
     assert engine.log.end_offset() == 0
+
+
+async def test_unusable_checkpoints_are_rebuilt_from_the_log(settings: Settings) -> None:
+    engine = Engine(settings, embedder=HashEmbedder())
+    await engine.start()
+    await _workload(engine)
+    live = await engine.read(engine.runner.digests)
+    await engine.close()
+    # One checkpoint torn, one from an "incompatible version" (it passes the checksum).
+    torn = settings.snapshot_dir / "memories.snap"
+    torn.write_bytes(torn.read_bytes()[:-100])
+    from memstream.streams.snapshots import SnapshotStore
+
+    SnapshotStore(settings.snapshot_dir).save("lexical", {"offset": 10**9, "state": {"version": -1}})
+    again = Engine(settings, embedder=HashEmbedder())
+    await again.start()
+    try:
+        assert await again.read(again.runner.digests) == live
+    finally:
+        await again.close()
