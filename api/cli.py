@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,10 @@ data_dir_option = click.option(
 @click.option("--log-level", default="INFO", show_default=True, help="Python logging level.")
 def main(log_level: str) -> None:
     """memstream: event-sourced memory for fleets of AI agents."""
+    # One BLAS thread (set before numpy loads): recall's matrix-vector products are small, and
+    # on a 2-core machine shared with the server's own threads a BLAS pool costs more p99 than
+    # it saves (docs/vectors.md).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     logging.basicConfig(
         level=log_level.upper(),
         stream=sys.stderr,

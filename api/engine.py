@@ -48,15 +48,16 @@ def mark_failure(code: str) -> None:
     FAILURE_CODE.set(code)
 
 
-def read_models() -> list[Any]:
-    """Fresh instances of every read model this engine serves, in a fixed order."""
+def read_models(snapshots: SnapshotStore | None = None) -> list[Any]:
+    """Fresh instances of every read model this engine serves, in a fixed order. ``snapshots``
+    is where read models with binary state (vectors) keep their sidecar files."""
     return [
         MemoriesProjection(),
         EpisodesProjection(),
         ProfilesProjection(),
         HistoryProjection(),
         PrecisionProjection(),
-        VectorProjection(),
+        VectorProjection(blobs=snapshots),
         LexicalProjection(),
     ]
 
@@ -75,7 +76,7 @@ class Engine:
             snapshot_every=settings.snapshot_every,
         )
         self.runner = ProjectionRunner(
-            self.log, read_models(), self.snapshots, checkpoint_every=settings.snapshot_every
+            self.log, read_models(self.snapshots), self.snapshots, checkpoint_every=settings.snapshot_every
         )
         self._embedder = embedder
         self._embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")

@@ -30,7 +30,7 @@ def rebuild_all(
     try:
         end = log.end_offset() if stop is None else min(stop, log.end_offset())
         started = time.perf_counter()
-        fresh = ProjectionRunner(log, read_models(), snapshots=None)
+        fresh = ProjectionRunner(log, read_models(snapshots), snapshots=None)
         fresh.catch_up(end, progress=(lambda done, total: progress("read models", done, total)) if progress else None)
         decision = DecisionState(log.num_partitions)
         if stop is None:
@@ -46,7 +46,7 @@ def rebuild_all(
         rebuilt = fresh.digests()
         if stop is None:
             rebuilt["decision"] = decision.digest()
-            live_runner = ProjectionRunner(log, read_models(), snapshots)
+            live_runner = ProjectionRunner(log, read_models(snapshots), snapshots)
             live_runner.restore()
             live_runner.catch_up()
             live = live_runner.digests()

@@ -48,6 +48,8 @@ class Settings(BaseModel):
     vector_far_limit: int = Field(default=0, ge=0)  # far rows that may vote (0: the limit)
     vector_min_similarity: float = Field(default=0.3, ge=-1, le=1)  # cascade's vector stage
     rrf_k: int = Field(default=60, ge=1)
+    # The lexical list's vote relative to the vector list's in rrf (see docs/eval.md).
+    rrf_lexical_weight: float = Field(default=0.5, ge=0)
     confidence_enabled: bool = False
     confidence_ordering: Literal["fusion", "legacy"] = "fusion"
     episode_penalty_enabled: bool = False
@@ -89,6 +91,7 @@ _ENV = {
     "vector_far_limit": "MEMSTREAM_VECTOR_FAR_LIMIT",
     "vector_min_similarity": "MEMSTREAM_VECTOR_MIN_SIMILARITY",
     "rrf_k": "MEMSTREAM_RRF_K",
+    "rrf_lexical_weight": "MEMSTREAM_RRF_LEXICAL_WEIGHT",
     "confidence_enabled": "MEMSTREAM_CONFIDENCE_ENABLED",
     "confidence_ordering": "MEMSTREAM_CONFIDENCE_ORDERING",
     "episode_penalty_enabled": "MEMSTREAM_EPISODE_PENALTY_ENABLED",

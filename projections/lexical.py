@@ -43,7 +43,7 @@ from memstream.projections.scope import ScopeFilter
 
 K1: Final = 1.2
 B: Final = 0.75
-SNAPSHOT_VERSION: Final = 1
+SNAPSHOT_VERSION: Final = 2  # 2: English stemming of BM25 tokens
 # Compact an agent when its dead slots outnumber its live rows (and at least this many).
 COMPACT_MIN_DEAD: Final = 4096
 # Block size of the top-k pre-selection (``_AgentIndex._top``).

@@ -23,9 +23,12 @@ word instead of once per row.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import unicodedata
+
+import snowballstemmer
 
 # Scripts written without spaces between words that the bigram rule covers.
 _CJK = (
@@ -99,7 +102,11 @@ def _cjk_grams(run: str, out: list[str]) -> None:
 
 
 def tokens_of_normalized(norm: str) -> list[str]:
-    """BM25 tokens of already-normalised text, in text order, with repeats."""
+    """BM25 tokens of already-normalised text, in text order, with repeats (stemmed)."""
+    return [stem(t) for t in _split(norm)]
+
+
+def _split(norm: str) -> list[str]:
     if norm.isascii():
         return _ASCII_WORD.findall(norm)
     out: list[str] = []
@@ -119,8 +126,21 @@ def tokens_of_normalized(norm: str) -> list[str]:
     return out
 
 
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+@functools.lru_cache(maxsize=200_000)
+def stem(token: str) -> str:
+    """English (Snowball) stem of an ASCII word, so "crowed" meets "crow"; CJK bigrams,
+    numbers and identifiers with digits are left as they are."""
+    if len(token) <= 3 or not token.isalpha() or not token.isascii():
+        return token
+    result: str = _STEMMER.stemWord(token)
+    return result
+
+
 def tokens(text: str) -> list[str]:
-    """BM25 tokens of raw text."""
+    """BM25 tokens of raw text (stemmed)."""
     return tokens_of_normalized(normalize(text))
 
 

@@ -29,16 +29,17 @@ class Candidate:
         return len(self.lists) == 1
 
 
-def rrf(lists: dict[str, Ranked], k: int = 60) -> list[Candidate]:
-    """Reciprocal-rank fusion: each list gives ``1 / (k + rank)`` (rank from 1). The vector
-    list's cosine rides along so the gate can key on it."""
+def rrf(lists: dict[str, Ranked], k: int = 60, weights: dict[str, float] | None = None) -> list[Candidate]:
+    """Reciprocal-rank fusion: each list gives ``weight / (k + rank)`` (rank from 1; weight 1
+    unless given). The vector list's cosine rides along so the gate can key on it."""
     by_ref: dict[str, Candidate] = {}
     for name, ranked in lists.items():
+        w = 1.0 if weights is None else weights.get(name, 1.0)
         for rank, (ref, score) in enumerate(ranked, start=1):
             c = by_ref.get(ref)
             if c is None:
                 c = by_ref[ref] = Candidate(ref, rrf=0.0)
-            c.rrf = (c.rrf or 0.0) + 1.0 / (k + rank)
+            c.rrf = (c.rrf or 0.0) + w / (k + rank)
             c.lists.add(name)
             if name == "vector":
                 c.cosine = score

@@ -32,7 +32,8 @@ class GateConfig:
 
     @property
     def rrf_ceiling(self) -> float:
-        """Three first-place votes (vector, lexical, keyword): the most an rrf score can be."""
+        """The rrf scale the cosine-scale heuristic is mapped onto: three first-place votes
+        (vector, far, lexical), the most an rrf score can reach."""
         return 3.0 / (self.rrf_k + 1)
 
 

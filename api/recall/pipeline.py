@@ -126,14 +126,21 @@ def run_recall(
     lexical = admitted(engine.lexical.search(req.scope, req.query, fetch)) if use_lexical else []
     keyword = admitted(engine.lexical.keyword(req.scope, req.query, fetch)) if use_lexical else []
 
-    lists = {"vector": window, "far": far, "lexical": lexical, "keyword": keyword}
+    # The keyword channel is a fallback inside the lexical vote, not a vote of its own: it adds
+    # rows BM25 did not rank (identifiers, hashes, terms its tokenizer splits) after BM25's
+    # rows. Counted separately it would give lexical evidence two votes against the vector's
+    # one, and the keyword channel's coarse order (matched-term counts) would outvote both.
+    in_lexical = {r for r, _ in lexical}
+    lexical_vote = lexical + [(r, s) for r, s in keyword if r not in in_lexical][: max(0, depth - len(lexical))]
+    lists = {"vector": window, "far": far, "lexical": lexical_vote}
     mode = settings.recall_mode
     if mode == "cascade":
         cands = fusion.cascade(window, [lexical, keyword], settings.vector_min_similarity)
     elif mode == "rsf":
         cands = fusion.rsf({k: v for k, v in lists.items() if v})
     else:
-        cands = fusion.rrf({k: v for k, v in lists.items() if v}, k=settings.rrf_k)
+        weights = {"lexical": settings.rrf_lexical_weight}
+        cands = fusion.rrf({k: v for k, v in lists.items() if v}, k=settings.rrf_k, weights=weights)
 
     cfg = GateConfig(
         rrf_k=settings.rrf_k,
