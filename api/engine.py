@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from memstream.api.point_in_time import PointInTime, View
 from memstream.api.settings import Settings
 from memstream.projections.history import HistoryProjection
 from memstream.projections.lexical import LexicalProjection
@@ -79,6 +80,7 @@ class Engine:
             self.log, read_models(self.snapshots), self.snapshots, checkpoint_every=settings.snapshot_every
         )
         self._embedder = embedder
+        self.point_in_time = PointInTime(self, lambda: read_models(None))
         self._embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")
         self._read_lock = asyncio.Lock()
         self._started = False
@@ -167,6 +169,12 @@ class Engine:
         return [Embedding.from_vector(emb.model_id, v) for v in vectors]
 
     # -- reads ------------------------------------------------------------------------------
+
+    async def at(self, as_of: int | str | None) -> Engine | View:
+        """This engine for a read "now", or a view of the state at ``as_of`` (H3)."""
+        if as_of is None:
+            return self
+        return await self.point_in_time.view(as_of)
 
     async def read(self, query: Callable[[], T]) -> T:
         """Run a read against projections that include every write already acknowledged.

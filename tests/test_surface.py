@@ -17,8 +17,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "cpersona" / "tools.json"
 CPERSONA = {t["name"]: t["inputSchema"] for t in json.loads(FIXTURE.read_text())["tools"]}
 OURS = {t["name"]: t["inputSchema"] for t in list_tools()}
 SHARED = sorted(set(OURS) & set(CPERSONA))
-# memstream's additions to shared tools' arguments: idempotent retries (W9).
-ALLOWED_EXTRA = {"command_id"}
+# memstream's additions to shared tools' arguments: idempotent retries (W9), point-in-time reads (H3).
+ALLOWED_EXTRA = {"command_id", "as_of"}
 # Issue 2's part of the shared surface: these must exist now.
 REQUIRED_NOW = {
     "store", "get_contents", "update_memory", "delete_memory", "lock_memory", "unlock_memory",

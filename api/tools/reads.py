@@ -7,8 +7,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, StrictStr
 
+from memstream.api.engine import mark_failure
 from memstream.api.tools.common import Flag, sql_time
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
+from memstream.api.tools.sanitize import InputError
 from memstream.api.tools.writes import BETAS, GLOBAL_PRECISION
 from memstream.api.views import audit_entry, history_entry
 from memstream.projections.records import EpisodeRow, MemoryRow
@@ -28,9 +30,14 @@ class RangeRef(ToolArgs):
     revision: StrictStr | None = None
 
 
+AsOf = Annotated[StrictInt, Field(ge=0)] | Annotated[StrictStr, Field(max_length=64)]
+AS_OF_HELP = "memstream: answer from the state at this log offset (int) or instant (ISO-8601)."
+
+
 class GetContentsArgs(ToolArgs):
     agent_id: StrictStr = Field(description="Owner: another agent's refs come back in `missing`.")
     refs: list[StrictStr | RangeRef] = Field(max_length=20, description="'mem:<id>' / 'ep:<id>' refs or range objects.")
+    as_of: AsOf | None = Field(default=None, description=AS_OF_HELP)
 
 
 def memory_timestamp(row: MemoryRow) -> str:
@@ -58,11 +65,23 @@ def _item(kind: str, row: MemoryRow | EpisodeRow) -> tuple[dict[str, Any], str]:
     return item, row.summary
 
 
+async def state_at(engine: Any, as_of: int | str | None) -> Any:
+    """The engine, or a point-in-time view of it (H3); a failure dict for a bad ``as_of``."""
+    try:
+        return await engine.at(as_of)
+    except InputError as exc:
+        mark_failure("invalid")
+        return {"ok": False, "error": str(exc)}
+
+
 async def get_contents(engine: Any, caller: Caller, args: GetContentsArgs) -> dict[str, Any]:
     if not args.agent_id:
         return {"ok": False, "error": "agent_id is required"}
     if not args.refs:
         return {"ok": False, "error": "refs must be a non-empty list of 'mem:<id>' / 'ep:<id>' refs or range objects"}
+    src = await state_at(engine, args.as_of)
+    if isinstance(src, dict):
+        return src
 
     def query() -> dict[str, Any]:
         items: list[dict[str, Any]] = []
@@ -77,7 +96,7 @@ async def get_contents(engine: Any, caller: Caller, args: GetContentsArgs) -> di
             except ValueError:
                 missing.append(raw)
                 continue
-            table = engine.memories.rows if kind == "mem" else engine.episodes.rows
+            table = src.memories.rows if kind == "mem" else src.episodes.rows
             row = table.get(ident)
             if row is None or row.agent_id != args.agent_id:
                 missing.append(raw)
@@ -111,7 +130,8 @@ async def get_contents(engine: Any, caller: Caller, args: GetContentsArgs) -> di
             body["budget_chars"] = GET_CONTENTS_BUDGET
         return body
 
-    return await engine.read(query)
+    result: dict[str, Any] = await src.read(query)
+    return result
 
 
 class ListArgs(ToolArgs):
@@ -120,6 +140,7 @@ class ListArgs(ToolArgs):
     project_id: StrictStr | None = Field(
         default=None, max_length=256, description="Omit: no filter; '': global pool only; 'X': X and the global pool."
     )
+    as_of: AsOf | None = Field(default=None, description=AS_OF_HELP)
 
 
 def _in_project(project: str, wanted: str | None) -> bool:
@@ -142,8 +163,12 @@ def _all_agents(by_agent: dict[str, dict[int, None]], table: dict[int, Any]) -> 
 
 
 async def list_memories(engine: Any, caller: Caller, args: ListArgs) -> dict[str, Any]:
+    src = await state_at(engine, args.as_of)
+    if isinstance(src, dict):
+        return src
+
     def query() -> dict[str, Any]:
-        mem = engine.memories
+        mem = src.memories
         rows = mem.of_agent(args.agent_id) if args.agent_id else _all_agents(mem.by_agent, mem.rows)
         picked, more = _newest_first(rows, args)
         body: dict[str, Any] = {
@@ -167,7 +192,8 @@ async def list_memories(engine: Any, caller: Caller, args: ListArgs) -> dict[str
             body["budget_rows"] = LIST_CAP
         return body
 
-    return await engine.read(query)
+    listing: dict[str, Any] = await src.read(query)
+    return listing
 
 
 class ListEpisodesArgs(ListArgs):
@@ -175,8 +201,12 @@ class ListEpisodesArgs(ListArgs):
 
 
 async def list_episodes(engine: Any, caller: Caller, args: ListEpisodesArgs) -> dict[str, Any]:
+    src = await state_at(engine, args.as_of)
+    if isinstance(src, dict):
+        return src
+
     def query() -> dict[str, Any]:
-        eps = engine.episodes
+        eps = src.episodes
         rows = eps.of_agent(args.agent_id) if args.agent_id else _all_agents(eps.by_agent, eps.rows)
         picked, _ = _newest_first(rows, args)
         return {
@@ -196,7 +226,8 @@ async def list_episodes(engine: Any, caller: Caller, args: ListEpisodesArgs) -> 
             "count": len(picked),
         }
 
-    return await engine.read(query)
+    episodes: dict[str, Any] = await src.read(query)
+    return episodes
 
 
 class AgentReadArgs(ToolArgs):

@@ -16,6 +16,7 @@ from memstream.api.recall.fusion import Candidate
 from memstream.api.recall.gate import GateConfig, keyed_signal
 from memstream.api.recall.pipeline import RecallRequest, RecallResult, recent_rows, run_recall
 from memstream.api.tools.common import Flag, SessionKey
+from memstream.api.tools.reads import AS_OF_HELP, AsOf, state_at
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.sanitize import InputError, parse_timestamp
 from memstream.projections.records import EpisodeRow, MemoryRow
@@ -43,6 +44,7 @@ class RecallArgs(ToolArgs):
     full_content: Flag = Field(default=False, description="Whole contents instead of previews.")
     trace: Flag = Field(default=False, description="Include what each retriever returned.")
     time_cue: dict[str, Any] | None = Field(default=None, description="{after?, before?}: ISO-8601 bounds.")
+    as_of: AsOf | None = Field(default=None, description=AS_OF_HELP)
 
 
 def _time_bounds(cue: dict[str, Any] | None) -> tuple[datetime | None, datetime | None]:
@@ -154,6 +156,10 @@ async def _recall(engine: Any, args: RecallArgs) -> tuple[dict[str, Any], Recall
     settings = engine.settings
     if args.limit == 0:
         return {"messages": []}, None
+    src = await state_at(engine, args.as_of)
+    if isinstance(src, dict):
+        return {**src, "messages": []}, None
+    engine = src  # every read below is answered from the state at ``as_of`` (or now)
     if not req.query:
         refs = await engine.read(lambda: recent_rows(engine, req))
         rows = await engine.read(lambda: [_message(engine, r, args) for r in reversed(refs)])
