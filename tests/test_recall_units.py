@@ -113,3 +113,14 @@ def test_chronological_merge_by_instant() -> None:
     ]
     assert [m["c"] for m in chronological(msgs)] == ["missing", "garbage", "tokyo-morning", "naive", "z", "utc-noon"]
     assert instant(None) is None and instant("") is None
+
+
+def test_rrf_weights_move_the_order_not_the_gated_score() -> None:
+    lists = {"vector": [("mem:1", 0.5)], "lexical": [("mem:2", 9.0)]}
+    plain = fusion.rrf(lists)
+    weighted = fusion.rrf(lists, weights={"lexical": 0.5})
+    assert [c.ref for c in weighted] == ["mem:1", "mem:2"]
+    assert {c.ref: c.rrf for c in plain} == {c.ref: c.rrf for c in weighted}
+    # A lexical-only first-ranked row still clears the single-arm gate cap.
+    [only] = fusion.rrf({"lexical": [("mem:9", 1.0)]}, weights={"lexical": 0.5})
+    assert apply_gate([only], pool=5000, cfg=GateConfig())[0] == [only]

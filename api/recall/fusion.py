@@ -30,8 +30,11 @@ class Candidate:
 
 
 def rrf(lists: dict[str, Ranked], k: int = 60, weights: dict[str, float] | None = None) -> list[Candidate]:
-    """Reciprocal-rank fusion: each list gives ``weight / (k + rank)`` (rank from 1; weight 1
-    unless given). The vector list's cosine rides along so the gate can key on it."""
+    """Reciprocal-rank fusion. ``rrf`` is the plain sum of ``1 / (k + rank)`` (rank from 1): the
+    value the gate compares and ``match_reason`` reports, on the scale the gate's thresholds
+    are built for. The order uses the weighted sum (``weight / (k + rank)``, weight 1 unless
+    given), so a weight moves rows without moving the gate. The vector list's cosine rides
+    along so the gate can key on it."""
     by_ref: dict[str, Candidate] = {}
     for name, ranked in lists.items():
         w = 1.0 if weights is None else weights.get(name, 1.0)
@@ -39,14 +42,12 @@ def rrf(lists: dict[str, Ranked], k: int = 60, weights: dict[str, float] | None 
             c = by_ref.get(ref)
             if c is None:
                 c = by_ref[ref] = Candidate(ref, rrf=0.0)
-            c.rrf = (c.rrf or 0.0) + w / (k + rank)
+            c.rrf = (c.rrf or 0.0) + 1.0 / (k + rank)
+            c.fused += w / (k + rank)
             c.lists.add(name)
             if name == "vector":
                 c.cosine = score
-    out = list(by_ref.values())
-    for c in out:
-        c.fused = c.rrf or 0.0
-    return ordered(out)
+    return ordered(list(by_ref.values()))
 
 
 def rsf(lists: dict[str, Ranked]) -> list[Candidate]:
