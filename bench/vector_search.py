@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import random
-import re
 import resource
 import shutil
 import sys
@@ -44,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from corpora import wordnet_synsets
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,24 +54,9 @@ WORDNET = Path(os.environ.get("WORDNET_DIR", "/usr/share/wordnet"))
 
 def load_wordnet() -> tuple[list[str], list[str]]:
     """(definitions of every synset, one usage example per synset that has one)."""
-    defs: list[str] = []
-    examples: list[str] = []
-    for pos in ("noun", "verb", "adj", "adv"):
-        path = WORDNET / f"data.{pos}"
-        if not path.is_file():
-            raise SystemExit(f"{path} missing: apt-get install wordnet-base (or set WORDNET_DIR)")
-        with open(path, encoding="latin-1") as fh:
-            for line in fh:
-                if line.startswith("  "):
-                    continue
-                _, _, gloss = line.partition(" | ")
-                gloss = gloss.strip()
-                found = re.findall(r'"([^"]+)"', gloss)
-                definition = gloss.split('; "')[0].split(' "')[0].strip().rstrip(";").strip()
-                defs.append(definition)
-                if found and len(found[0].split()) >= 4:
-                    examples.append(found[0].strip())
-    return defs, examples
+    synsets = wordnet_synsets(WORDNET)
+    examples = [s.examples[0] for s in synsets if s.examples and len(s.examples[0].split()) >= 4]
+    return [s.definition for s in synsets], examples
 
 
 def real_vectors(n_queries: int = 2_000) -> tuple[np.ndarray, np.ndarray, str]:
