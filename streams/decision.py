@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -576,9 +575,3 @@ def outcome_of_memo(memo: Any) -> Outcome:
     if t == "memory.locked" and len(memo) == 3:
         return Outcome("skipped", id=memo[1], reason=memo[2], detail={"locked": True})
     return Outcome("applied", id=memo[1])
-
-
-def apply_all(state: DecisionState, records: Iterable[tuple[int, dict[str, Any]]]) -> DecisionState:
-    for offset, ev in records:
-        state.apply_event(offset, ev)
-    return state

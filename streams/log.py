@@ -10,7 +10,7 @@ embedded one (deciders inside one SQLite write transaction) without changing cal
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -91,15 +91,3 @@ class CommandBus(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def iter_log(log: EventLog, start: int = 0, stop: int | None = None, batch: int = 5_000) -> Iterator[LogRecord]:
-    """Every record from ``start`` to ``stop`` (or the end), read in batches."""
-    end = log.end_offset() if stop is None else stop
-    pos = start
-    while pos < end:
-        records = log.read(pos, end, limit=batch)
-        if not records:
-            return
-        yield from records
-        pos = records[-1].offset + 1
