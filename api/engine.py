@@ -70,6 +70,10 @@ class Engine:
         self.snapshots = SnapshotStore(settings.snapshot_dir)
         self.bus = EmbeddedCommandBus(
             self.log,
+            # The decider's limits are a backstop behind the tools' own checks (which cut content
+            # at max_content_chars and refuse metadata past max_metadata_chars characters): they
+            # must never refuse what a tool accepted, so they allow the larger text cap and the
+            # metadata cap counted in bytes (up to 4 per character), with some slack.
             limits=Limits(
                 max(settings.max_content_chars, settings.max_profile_chars), settings.max_metadata_chars * 4 + 1024
             ),

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from memstream.api.recall.gate import GateConfig, keyed_signal
-from memstream.api.recall.pipeline import RecallRequest, row_time, run_recall
+from memstream.api.recall.pipeline import RecallRequest, row_of, row_time, run_recall
 from memstream.projections.scope import ScopeFilter
 
 MIN_EMBEDDED = 10
@@ -76,7 +76,7 @@ def calibrate(
             score, signal = keyed_signal(c, cfg)
             if score is None or signal is None:
                 continue
-            other = engine.memories.rows.get(int(c.ref[4:])) if c.ref.startswith("mem:") else None
+            other = row_of(engine, c.ref)
             t = row_time(other) if other is not None else None
             near = t is not None and q_time is not None and abs((t - q_time).total_seconds()) <= window_minutes * 60
             scored.append((signal, float(score), near))

@@ -40,7 +40,8 @@ class RecallResult:
     lists: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
 
 
-def _row(engine: Any, ref: str) -> Any:
+def row_of(engine: Any, ref: str) -> Any:
+    """The memory or episode row a ref names (None when it is gone)."""
     kind, _, ident = ref.partition(":")
     table = engine.memories.rows if kind == "mem" else engine.episodes.rows
     return table.get(int(ident))
@@ -62,7 +63,7 @@ def _excluded(text: str, exclude: tuple[str, ...]) -> bool:
 
 def _admit(engine: Any, req: RecallRequest, ref: str) -> bool:
     """Filters a retriever cannot know about: source, exclusions, time cue."""
-    row = _row(engine, ref)
+    row = row_of(engine, ref)
     if row is None:
         return False
     is_memory = ref.startswith("mem:")
@@ -154,7 +155,7 @@ def run_recall(
         cands = fusion.ordered(cands)
     if settings.confidence_enabled:
         for c in cands:
-            row = _row(engine, c.ref)
+            row = row_of(engine, c.ref)
             t = row_time(row) if row is not None else None
             age = (now - t).total_seconds() / 3600 if t else 0.0
             c.confidence = confidence_of(c, age, getattr(row, "resolved", None), cfg)
@@ -204,7 +205,7 @@ def _apply_episode_prior(engine: Any, settings: Settings, scope: ScopeFilter, ca
     for c in cands:
         if not c.ref.startswith("mem:"):
             continue
-        row = _row(engine, c.ref)
+        row = row_of(engine, c.ref)
         if row is None:
             continue
         written = parse_time(row.created_at)
