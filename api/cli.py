@@ -1,4 +1,4 @@
-"""The ``memstream`` command: serve, mcp, history, rebuild, tail."""
+"""The ``memstream`` command: serve, mcp, history, rebuild, reembed, tail."""
 
 from __future__ import annotations
 
@@ -137,6 +137,51 @@ def rebuild(data_dir: Path | None, to_offset: int | None, no_save: bool) -> None
         report = rebuild_all(settings, stop=to_offset, save=not no_save and to_offset is None, progress=progress)
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     if not report["equal"]:
+        sys.exit(1)
+
+
+@main.command()
+@data_dir_option
+@click.option("--model", required=True, help="Embedder name of the new model (see docs/embedding.md).")
+@click.option("--agent", "agents", multiple=True, help="Only this agent (repeatable; default: every agent).")
+@click.option("--batch", default=64, show_default=True, type=click.IntRange(1, 1024), help="Records per model call.")
+def reembed(data_dir: Path | None, model: str, agents: tuple[str, ...], batch: int) -> None:
+    """Move agents' vectors to another embedding model.
+
+    Safe beside a running server on the same data directory (recall keeps answering from the
+    current model until each agent is complete) and safe to interrupt: run it again to go on.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from memstream.api.engine import Engine
+    from memstream.api.reembed import Reembedder
+    from memstream.streams.embedding import EmbeddingError, load_local_embedder
+
+    settings = _settings(data_dir)
+    try:
+        target = load_local_embedder(model)
+    except EmbeddingError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    async def run() -> dict[str, Any]:
+        engine = Engine(settings)
+        await engine.start()
+        try:
+            columns = (TextColumn("[bold]re-embed"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+            with Progress(*columns) as bar:
+                task = bar.add_task("re-embed", total=None)
+
+                def progress(done: int, total: int) -> None:
+                    bar.update(task, completed=done, total=max(total, 1))
+
+                report = await Reembedder(engine, target, batch=batch, progress=progress).run(list(agents) or None)
+            return report.to_dict()
+        finally:
+            await engine.close()
+
+    report = asyncio.run(run())
+    click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    if not report["complete"]:
         sys.exit(1)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -27,7 +27,7 @@ from memstream.projections.vectors import VectorProjection
 from memstream.streams.commands import Command
 from memstream.streams.decision import Limits
 from memstream.streams.embedded_bus import EmbeddedCommandBus
-from memstream.streams.embedding import Embedder, load_embedder
+from memstream.streams.embedding import Embedder, EmbeddingError, load_embedder, load_local_embedder
 from memstream.streams.events import AuditRecord, Embedding
 from memstream.streams.log import Committed
 from memstream.streams.runner import ProjectionRunner
@@ -64,7 +64,14 @@ def read_models(snapshots: SnapshotStore | None = None) -> list[Any]:
 
 
 class Engine:
-    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        embedder: Embedder | None = None,
+        embedders: Mapping[str, Embedder] | None = None,
+    ) -> None:
+        """``embedder`` is the configured model (new agents get it); ``embedders`` are other
+        models by id, for agents whose vectors a re-embed moved elsewhere (else loaded by name)."""
         self.settings = settings
         self.log = SqliteLog(settings.log_path, num_partitions=settings.partitions, synchronous=settings.sync)
         self.snapshots = SnapshotStore(settings.snapshot_dir)
@@ -84,9 +91,11 @@ class Engine:
             self.log, read_models(self.snapshots), self.snapshots, checkpoint_every=settings.snapshot_every
         )
         self._embedder = embedder
+        self._embedders: dict[str, Embedder] = dict(embedders or {})
         self.point_in_time = PointInTime(self, lambda: read_models(None))
         self._embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")
         self._read_lock = asyncio.Lock()
+        self.jobs: dict[str, Any] = {}  # background admin jobs by kind (see api/tools/admin.py)
         self._started = False
 
     # The read models, by position in ``read_models()``. Read through the runner, which may
@@ -139,6 +148,11 @@ class Engine:
         if not self._started:
             return
         self._started = False
+        for job in self.jobs.values():
+            task = getattr(job, "task", None)
+            if task is not None and not task.done():
+                task.cancel()  # resumable by design: what it appended stays, the rest is redone
+                await asyncio.gather(task, return_exceptions=True)
         await self.bus.close()
         try:
             self.runner.catch_up()
@@ -160,15 +174,39 @@ class Engine:
     async def refuse(self, record: AuditRecord) -> None:
         await self.bus.record_refusal(record)
 
-    async def embed(self, texts: Sequence[str]) -> list[Embedding | None]:
-        """Embeddings for texts, computed off the event loop and tagged with the model.
+    def embedder_for(self, model: str | None) -> Embedder:
+        """The embedder producing vectors of ``model`` (None: the configured one).
+
+        An agent's vectors are all of one model (the decider refuses others), and a re-embed
+        can move an agent to a model this server is not configured with: its stores and queries
+        must still be embedded with that agent's model, or they would match nothing."""
+        base = self.embedder
+        if model is None or model == base.model_id:
+            return base
+        emb = self._embedders.get(model)
+        if emb is None:
+            try:
+                emb = load_local_embedder(model)
+            except EmbeddingError as exc:
+                raise EmbeddingError(f"this agent's vectors are of model {model!r}, not loadable here: {exc}") from exc
+            self._embedders[model] = emb
+        return emb
+
+    async def embed(
+        self, texts: Sequence[str], *, agent_id: str | None = None, model: str | None = None
+    ) -> list[Embedding | None]:
+        """Embeddings for texts, computed off the event loop and tagged with the model: the
+        agent's model when ``agent_id`` is given (see ``embedder_for``), else ``model``, else
+        the configured one.
 
         With ``MEMSTREAM_EMBEDDER=none`` nothing is embedded (as CPersona's embedding mode
         ``none``): memories are stored without vectors and found lexically only."""
         if self.settings.embedder == "none" and self._embedder is None:
             return [None] * len(texts)
+        if agent_id is not None and model is None:
+            model = await self.read(lambda: self.vectors.model_of(agent_id))
         loop = asyncio.get_running_loop()
-        emb = self.embedder
+        emb = self.embedder_for(model)
         vectors: np.ndarray = await loop.run_in_executor(self._embed_pool, emb.embed, list(texts))
         return [Embedding.from_vector(emb.model_id, v) for v in vectors]
 

@@ -41,8 +41,10 @@ class View:
     async def read(self, query: Callable[[], T]) -> T:
         return query()
 
-    async def embed(self, texts: Any) -> Any:
-        return await self.engine.embed(texts)
+    async def embed(self, texts: Any, *, agent_id: str | None = None) -> Any:
+        """Embedded with the model the agent's vectors had at this point in time."""
+        model = self.vectors.model_of(agent_id) if agent_id is not None else None
+        return await self.engine.embed(texts, model=model)
 
 
 class PointInTime:

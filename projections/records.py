@@ -58,6 +58,14 @@ def _model(p: dict[str, Any]) -> str | None:
     return emb["model"] if emb else None
 
 
+def _switch_model(rows: dict[int, Any], by_agent: dict[str, dict[int, None]], agent_id: str, model: str) -> None:
+    """A row's ``embedding_model`` is the model its searchable vector has. A re-embed adds a
+    vector of another model without changing that; the switch (accepted only once every live
+    record has a vector of the new model) does, for all of the agent's rows at once."""
+    for ident in by_agent.get(agent_id, {}):
+        rows[ident].embedding_model = model
+
+
 @dataclass
 class MemoriesProjection:
     name: str = "memories"
@@ -67,9 +75,12 @@ class MemoriesProjection:
 
     def apply(self, offset: int, ev: dict[str, Any]) -> None:
         t = ev["type"]
-        if not (t.startswith("memory.") or t == "agent_data.deleted"):
+        if not (t.startswith("memory.") or t == "agent_data.deleted" or t == "embedding.switched"):
             return
         p = ev["payload"]
+        if t == "embedding.switched":
+            _switch_model(self.rows, self.by_agent, ev["scope"]["agent_id"], p["model"])
+            return
         if t == "memory.stored":
             s = ev["scope"]
             row = MemoryRow(
@@ -110,8 +121,6 @@ class MemoriesProjection:
             row.locked = True
         elif t == "memory.unlocked":
             row.locked = False
-        elif t == "memory.reembedded":
-            row.embedding_model = _model(p)
 
     def _drop(self, mid: int) -> None:
         row = self.rows.pop(mid, None)
@@ -167,8 +176,8 @@ class EpisodesProjection:
         elif t == "agent_data.deleted":
             for eid in p["episode_ids"]:
                 self._drop(eid)
-        elif t == "memory.reembedded" and p.get("kind") == "ep" and p["id"] in self.rows:
-            self.rows[p["id"]].embedding_model = _model(p)
+        elif t == "embedding.switched":
+            _switch_model(self.rows, self.by_agent, ev["scope"]["agent_id"], p["model"])
 
     def _drop(self, eid: int) -> None:
         row = self.rows.pop(eid, None)

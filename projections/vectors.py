@@ -11,12 +11,16 @@ scope, not the row's).
 
 Fold. ``memory.stored`` / ``episode.archived`` add a row (a ghost without an embedding);
 ``memory.updated`` replaces the vector (without an embedding the row becomes a ghost: its old
-vector described the old text); ``memory.reembedded`` replaces the vector and model of a row
-or ghost (``kind`` says memory or episode); ``memory.deleted``, ``episode.deleted`` and
-``agent_data.deleted`` drop rows and ghosts. Nothing else changes recency: an update keeps its
-row's place in the window.
+vector described the old text); ``memory.reembedded`` gives a row or ghost (``kind`` says
+memory or episode) a vector of the event's model *beside* the ones it has, so during a re-embed
+a record sits in two models' segments and recall keeps answering from the agent's model;
+``embedding.switched`` makes its model the agent's and drops every other model's vectors;
+``memory.deleted``, ``episode.deleted`` and ``agent_data.deleted`` drop rows and ghosts.
+Nothing else changes recency: an update or re-embed keeps its row's place in the window. An
+agent's model (part of the state) is the model of its first vector until a switch names another,
+the same rule the decider applies when it refuses writes embedded with any other model.
 
-Search (CONTRACTS R8, seed 000 §4). For one agent and one model, rows in scope (R10) are
+Search (CONTRACTS R8, seed 000 §4). For one agent and its model, rows in scope (R10) are
 ordered newest first by recency. The *window* is the newest ``window`` memories plus the newest
 ``window`` episodes (each kind is scanned under the window), searched exactly: one
 matrix-vector product over contiguous float32 rows, then the best candidates re-scored in
@@ -71,13 +75,14 @@ _KIND_OF: Final = {"mem": MEM, "ep": EP}
 _PREFIX: Final = ("mem:", "ep:")
 
 CHUNK: Final = 8192  # rows per vector chunk
-FORMAT: Final = 1
+FORMAT: Final = 2
 _MOD: Final = 1 << 256
 _HANDLED: Final = frozenset(
     {
         "memory.stored",
         "memory.updated",
         "memory.reembedded",
+        "embedding.switched",
         "memory.deleted",
         "episode.archived",
         "episode.deleted",
@@ -114,6 +119,12 @@ def _ghost_hash(key: int, agent: str, bucket: tuple[str, str], recency: int) -> 
     h = hashlib.sha256(b"ghost")
     h.update(struct.pack("<qq", key, recency))
     h.update(_enc(agent) + _enc(bucket[0]) + _enc(bucket[1]))
+    return int.from_bytes(h.digest(), "little")
+
+
+def _model_hash(agent: str, model: str) -> int:
+    h = hashlib.sha256(b"model")
+    h.update(_enc(agent) + _enc(model))
     return int.from_bytes(h.digest(), "little")
 
 
@@ -343,13 +354,17 @@ class HnswConfig:
 
 
 class _Agent:
-    __slots__ = ("bucket_ids", "bucket_list", "counts", "ghosts", "graphs", "lut_cache", "name", "segs")
+    __slots__ = ("bucket_ids", "bucket_list", "counts", "ghosts", "graphs", "lut_cache", "model", "name", "segs")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # The model recall searches: the first one a write embedded with, then whatever the
+        # last ``embedding.switched`` named (the decider's rule, so both agree on every log).
+        self.model: str | None = None
         self.bucket_ids: dict[tuple[str, str], int] = {}
         self.bucket_list: list[tuple[str, str]] = []
-        self.counts: list[int] = []  # live rows per bucket (all models, both kinds)
+        # live rows per bucket (all models, both kinds: a record being re-embedded counts twice)
+        self.counts: list[int] = []
         self.segs: dict[tuple[str, int], _Segment] = {}
         self.ghosts: dict[int, tuple[int, int]] = {}  # key -> (bucket, recency)
         self.graphs: dict[str, _Graph] = {}
@@ -374,12 +389,10 @@ class _Agent:
         self.lut_cache[ck] = out
         return out
 
-    def find(self, key: int) -> _Segment | None:
+    def find_all(self, key: int) -> list[_Segment]:
+        """The segments holding the key: one, or one per model while a re-embed is under way."""
         kind = key & 1
-        for (_, k), seg in self.segs.items():
-            if k == kind and key in seg.pos_of:
-                return seg
-        return None
+        return [seg for (_, k), seg in self.segs.items() if k == kind and key in seg.pos_of]
 
     def model_live(self, model: str) -> int:
         return sum(s.live for (m, _), s in self.segs.items() if m == model)
@@ -456,13 +469,20 @@ class VectorProjection:
             if vec is None:
                 self._add_ghost(ag, key, bucket, offset)
             else:
+                self._set_model(ag, p["embedding"]["model"], only_if_unset=True)
                 self._add_row(ag, key, bucket, offset, p["embedding"]["model"], vec)
-        elif t == "memory.updated" or t == "memory.reembedded":
+        elif t == "memory.updated":
             ag = self._agents.get(agent_id)
             if ag is None:
                 return
-            kind = _KIND_OF.get(p.get("kind", "mem"), MEM)
-            self._revector(ag, row_key(kind, p["id"]), ev, offset)
+            self._revector(ag, row_key(MEM, p["id"]), ev, offset)
+        elif t == "memory.reembedded":
+            ag = self._agents.get(agent_id)
+            if ag is None:
+                return
+            self._add_model(ag, row_key(_KIND_OF.get(p.get("kind", "mem"), MEM), p["id"]), ev, offset)
+        elif t == "embedding.switched":
+            self._switch(self._agent(agent_id), p["model"])
         elif t == "memory.deleted":
             ag = self._agents.get(agent_id)
             if ag is not None:
@@ -556,37 +576,42 @@ class VectorProjection:
         return bucket, recency
 
     def _forget(self, ag: _Agent, key: int) -> tuple[int, int] | None:
-        seg = ag.find(key)
-        if seg is not None:
-            return self._remove_row(ag, seg, key)
+        where = None
+        for seg in ag.find_all(key):
+            where = self._remove_row(ag, seg, key)
+        if where is not None:
+            return where
         ghost = ag.ghosts.pop(key, None)
         if ghost is not None:
             self._ghosts -= 1
             self._hash = (self._hash - _ghost_hash(key, ag.name, ag.bucket_list[ghost[0]], ghost[1])) % _MOD
         return ghost
 
+    def _overwrite(self, ag: _Agent, seg: _Segment, key: int, vec: np.ndarray) -> None:
+        """Replace a row's vector in place: it keeps its position, so the window needs no sort."""
+        pos = seg.pos_of[key]
+        bucket, recency = int(seg.buckets[pos]), int(seg.offs[pos])
+        bk = ag.bucket_list[bucket]
+        old = seg.row(pos)
+        self._hash = (self._hash - _row_hash(key, ag.name, bk, seg.model, recency, old.tobytes())) % _MOD
+        self._hash = (self._hash + _row_hash(key, ag.name, bk, seg.model, recency, vec.tobytes())) % _MOD
+        old[:] = vec
+        seg.inv[pos] = _inv_norm(vec)
+        g = ag.graphs.get(seg.model)
+        if g is not None:
+            if g.index is not None and key not in g.pending:
+                g.index.remove(key)
+                g.removed += 1
+            g.pending.add(key)
+            self._maintain(ag, seg.model, g)
+
     def _revector(self, ag: _Agent, key: int, ev: dict[str, Any], offset: int) -> None:
-        seg = ag.find(key)
+        """An update: the new text's vector (or none) replaces every vector the row had."""
+        segs = ag.find_all(key)
         vec = self._vector(ev, offset)
         model = ev["payload"]["embedding"]["model"] if vec is not None else None
-        if seg is not None and vec is not None and seg.model == model and seg.dim == vec.shape[0]:
-            # Same model: overwrite in place, so the row keeps its position (and the window
-            # its order) without a sort.
-            pos = seg.pos_of[key]
-            bucket, recency = int(seg.buckets[pos]), int(seg.offs[pos])
-            bk = ag.bucket_list[bucket]
-            old = seg.row(pos)
-            self._hash = (self._hash - _row_hash(key, ag.name, bk, model, recency, old.tobytes())) % _MOD
-            self._hash = (self._hash + _row_hash(key, ag.name, bk, model, recency, vec.tobytes())) % _MOD
-            old[:] = vec
-            seg.inv[pos] = _inv_norm(vec)
-            g = ag.graphs.get(model)
-            if g is not None:
-                if g.index is not None and key not in g.pending:
-                    g.index.remove(key)
-                    g.removed += 1
-                g.pending.add(key)
-                self._maintain(ag, model, g)
+        if len(segs) == 1 and vec is not None and segs[0].model == model and segs[0].dim == vec.shape[0]:
+            self._overwrite(ag, segs[0], key, vec)
             return
         where = self._forget(ag, key)
         if where is None:
@@ -595,7 +620,59 @@ class VectorProjection:
         if vec is None or model is None:
             self._add_ghost(ag, key, bucket, recency)
         else:
+            self._set_model(ag, model, only_if_unset=True)
             self._add_row(ag, key, bucket, recency, model, vec)
+
+    def _add_model(self, ag: _Agent, key: int, ev: dict[str, Any], offset: int) -> None:
+        """A re-embed: the row gains (or refreshes) its vector of the event's model and keeps
+        the others, so recall goes on answering from the agent's model until the switch."""
+        vec = self._vector(ev, offset)
+        if vec is None:
+            return
+        model = ev["payload"]["embedding"]["model"]
+        segs = ag.find_all(key)
+        same = [seg for seg in segs if seg.model == model]
+        if same and same[0].dim == vec.shape[0]:
+            self._overwrite(ag, same[0], key, vec)
+            return
+        if same:
+            self._remove_row(ag, same[0], key)
+            segs = ag.find_all(key)
+        if segs:
+            pos = segs[0].pos_of[key]
+            bucket, recency = int(segs[0].buckets[pos]), int(segs[0].offs[pos])
+        else:
+            ghost = ag.ghosts.get(key)
+            if ghost is None:
+                return  # unknown record (deleted, or never stored here)
+            self._forget(ag, key)
+            bucket, recency = ghost
+        self._set_model(ag, model, only_if_unset=True)
+        self._add_row(ag, key, bucket, recency, model, vec)
+
+    def _switch(self, ag: _Agent, model: str) -> None:
+        """Recall moves to ``model``; vectors of every other model are dropped (the decider
+        accepted the switch only once every live record had one of ``model``)."""
+        self._set_model(ag, model)
+        for (m, _kind), seg in list(ag.segs.items()):
+            if m == model:
+                continue
+            for key in list(seg.pos_of):
+                others = [s for s in ag.find_all(key) if s.model == model]
+                bucket, recency = self._remove_row(ag, seg, key)
+                if not others:  # only in a log the decider did not write; keep the record known
+                    self._add_ghost(ag, key, bucket, recency)
+            del ag.segs[(m, _kind)]
+        for m in [m for m in ag.graphs if m != model]:
+            del ag.graphs[m]
+
+    def _set_model(self, ag: _Agent, model: str, *, only_if_unset: bool = False) -> None:
+        if ag.model == model or (only_if_unset and ag.model is not None):
+            return
+        if ag.model is not None:
+            self._hash = (self._hash - _model_hash(ag.name, ag.model)) % _MOD
+        ag.model = model
+        self._hash = (self._hash + _model_hash(ag.name, model)) % _MOD
 
     # -- the graph ----------------------------------------------------------------------------
 
@@ -660,17 +737,20 @@ class VectorProjection:
             return 0
         return sum(c for (p, ch), c in zip(ag.bucket_list, ag.counts, strict=True) if scope.admits(p, ch))
 
-    def latest_model(self, agent_id: str) -> str | None:
-        """The model of the agent's most recent row (highest recency), or None without rows."""
+    def model_of(self, agent_id: str) -> str | None:
+        """The model recall searches for an agent (None before its first vector)."""
+        ag = self._agents.get(agent_id)
+        return ag.model if ag is not None else None
+
+    def holds(self, agent_id: str, ref: str, model: str) -> bool:
+        """Whether the record (``mem:<id>`` / ``ep:<id>``) has a vector of ``model``."""
         ag = self._agents.get(agent_id)
         if ag is None:
-            return None
-        best, model = -1, None
-        for (m, _), seg in ag.segs.items():
-            off = seg.newest_live_offset()
-            if off > best:
-                best, model = off, m
-        return model
+            return False
+        kind, _, ident = ref.partition(":")
+        key = row_key(_KIND_OF[kind], int(ident))
+        seg = ag.segs.get((model, key & 1))
+        return seg is not None and key in seg.pos_of
 
     def models(self, agent_id: str) -> dict[str, int]:
         """Live rows per model for an agent."""
@@ -697,7 +777,7 @@ class VectorProjection:
         if ag is None or k <= 0 or window <= 0:
             return [], []
         if model is None:
-            model = self.latest_model(scope.agent_id)
+            model = ag.model
             if model is None:
                 return [], []
         segs = [s for s in (ag.segs.get((model, MEM)), ag.segs.get((model, EP))) if s is not None and s.live]
@@ -858,6 +938,7 @@ class VectorProjection:
             gv = np.array(list(ag.ghosts.values()), dtype=np.int64).reshape(-1, 2)
             entry: dict[str, Any] = {
                 "agent": name,
+                "model": ag.model,
                 "buckets": [list(b) for b in ag.bucket_list],
                 "ghost_keys": put(gk, gk.nbytes),
                 "ghost_vals": put(gv, gv.nbytes),
@@ -969,6 +1050,8 @@ class VectorProjection:
         rows = ghosts = 0
         for entry in header["agents"]:
             ag = self._agent(entry["agent"])
+            if entry["model"] is not None:
+                self._set_model(ag, entry["model"])
             for p, c in entry["buckets"]:
                 ag.bucket(p, c)
             gk = arr(entry["ghost_keys"], np.int64).tolist()

@@ -108,10 +108,23 @@ class DeclareStanding(Command):
 
 
 class ReembedMemory(Command):
+    """A vector of another model for a live record, added beside its current one: recall keeps
+    using the current model until ``SwitchEmbedding`` moves the agent over."""
+
     name: ClassVar[str] = "reembed_memory"
     memory_id: int
     kind: Literal["mem", "ep"] = "mem"
     embedding: Embedding
+    # Hex digest (``decision.content_key``) of the text that was embedded, for memories: the
+    # decider refuses the vector if the memory's text changed since.
+    content_key: str | None = None
+
+
+class SwitchEmbedding(Command):
+    """Move an agent's recall to ``model``; refused unless every live record has its vector."""
+
+    name: ClassVar[str] = "switch_embedding"
+    model: str = Field(min_length=1, max_length=200)
 
 
 AnyCommand = (
@@ -127,4 +140,5 @@ AnyCommand = (
     | SetRecallPrecision
     | DeclareStanding
     | ReembedMemory
+    | SwitchEmbedding
 )

@@ -68,6 +68,9 @@ class MemoryFacts:
     content_key: bytes
     source_id: str = ""
     locked: bool = False
+    # Models this memory has a vector of: one after a write, two while a re-embed is under
+    # way (see ``memory.reembedded``), so the switch can check that nobody is left behind.
+    models: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -75,8 +78,13 @@ class AgentDecisionState:
     memories: dict[int, MemoryFacts] = field(default_factory=dict)
     by_msg: dict[tuple[str, str], int] = field(default_factory=dict)
     by_content: dict[tuple[str, str, bytes], int] = field(default_factory=dict)
-    episodes: set[int] = field(default_factory=set)
+    # episode id -> models it has a vector of (as ``MemoryFacts.models``)
+    episodes: dict[int, tuple[str, ...]] = field(default_factory=dict)
     has_profile: bool = False
+    # The embedding model of the agent's vectors: fixed by its first embedded write, changed
+    # only by a completed re-embed (``embedding.switched``), so one agent's vectors are never
+    # a mix of models that cannot be compared.
+    model: str | None = None
     # command id -> its first outcome: a dict for audited outcomes, a compact event memo
     # (see ``memo_of_event``) for applied ones.
     commands: OrderedDict[str, Any] = field(default_factory=OrderedDict)
@@ -88,6 +96,15 @@ class AgentDecisionState:
         if len(self.commands) > COMMAND_MEMO_PER_AGENT:
             self.commands.popitem(last=False)
 
+    def saw_model(self, models: tuple[str, ...]) -> None:
+        if self.model is None and models:
+            self.model = models[0]
+
+    def missing_model(self, model: str) -> int:
+        """How many live memories and episodes have no vector of ``model``."""
+        gone = sum(1 for f in self.memories.values() if model not in f.models)
+        return gone + sum(1 for models in self.episodes.values() if model not in models)
+
     def forget_memory(self, memory_id: int) -> None:
         facts = self.memories.pop(memory_id, None)
         if facts is None:
@@ -97,6 +114,26 @@ class AgentDecisionState:
         key = (facts.project, facts.channel, facts.content_key)
         if self.by_content.get(key) == memory_id:
             del self.by_content[key]
+
+
+# Model tuples are shared, not built per record: a fold of a million memories holds one.
+_MODEL_TUPLES: dict[Any, tuple[str, ...]] = {}
+
+
+def _models(*models: str) -> tuple[str, ...]:
+    t = _MODEL_TUPLES.get(models)
+    if t is None:
+        t = _MODEL_TUPLES[models] = models
+    return t
+
+
+def _models_of(p: dict[str, Any]) -> tuple[str, ...]:
+    emb = p.get("embedding")
+    return _models(emb["model"]) if emb else ()
+
+
+def _with_model(models: tuple[str, ...], model: str) -> tuple[str, ...]:
+    return models if model in models else _models(*models, model)
 
 
 def source_id_of(source: Any) -> str:
@@ -111,6 +148,9 @@ def content_key(content: str) -> bytes:
 
 class DecisionState:
     """The fold of the whole log (all partitions an owner holds) that deciders consult."""
+
+    # The snapshot layout; a snapshot of another format is discarded and the state refolded.
+    FORMAT: Final = 2
 
     def __init__(self, num_partitions: int) -> None:
         self.num_partitions = num_partitions
@@ -158,7 +198,9 @@ class DecisionState:
                 content_key(p["content"]),
                 source_id_of(p.get("source")),
                 bool(p.get("locked", False)),
+                _models_of(p),
             )
+            st.saw_model(facts.models)
             st.memories[mid] = facts
             if facts.msg_id is not None:
                 st.by_msg.setdefault((facts.project, facts.msg_id), mid)
@@ -171,23 +213,45 @@ class DecisionState:
                     del st.by_content[old]
                 facts.content_key = content_key(p["content"])
                 st.by_content.setdefault((facts.project, facts.channel, facts.content_key), p["id"])
+                # The old vectors described the old text: only the update's own one is left.
+                facts.models = _models_of(p)
+                st.saw_model(facts.models)
         elif t == "memory.deleted":
             st.forget_memory(p["id"])
         elif t == "memory.locked" or t == "memory.unlocked":
             facts = st.memories.get(p["id"])
             if facts is not None:
                 facts.locked = t == "memory.locked"
+        elif t == "memory.reembedded":
+            model = p["embedding"]["model"]
+            if p.get("kind", "mem") == "ep":
+                if p["id"] in st.episodes:
+                    st.episodes[p["id"]] = _with_model(st.episodes[p["id"]], model)
+            else:
+                facts = st.memories.get(p["id"])
+                if facts is not None:
+                    facts.models = _with_model(facts.models, model)
+        elif t == "embedding.switched":
+            model = p["model"]
+            st.model = model
+            for facts in st.memories.values():
+                facts.models = _models(model) if model in facts.models else ()
+            for eid, models in st.episodes.items():
+                st.episodes[eid] = _models(model) if model in models else ()
         elif t == "episode.archived":
             self._saw_id(p["id"])
-            st.episodes.add(p["id"])
+            st.episodes[p["id"]] = _models_of(p)
+            st.saw_model(st.episodes[p["id"]])
         elif t == "episode.deleted":
-            st.episodes.discard(p["id"])
+            st.episodes.pop(p["id"], None)
         elif t == "profile.updated":
             st.has_profile = True
+            st.saw_model(_models_of(p))
         elif t == "agent_data.deleted":
             for mid in p["memory_ids"]:
                 st.forget_memory(mid)
-            st.episodes.difference_update(p["episode_ids"])
+            for eid in p["episode_ids"]:
+                st.episodes.pop(eid, None)
             if p.get("profile"):
                 st.has_profile = False
         st.remember(ev["command_id"], memo_of_event(t, p))
@@ -207,14 +271,16 @@ class DecisionState:
             st = self.agents[name]
             agents[name] = {
                 "memories": [
-                    [mid, f.project, f.channel, f.msg_id, f.content_key.hex(), f.source_id, f.locked]
+                    [mid, f.project, f.channel, f.msg_id, f.content_key.hex(), f.source_id, f.locked, list(f.models)]
                     for mid, f in sorted(st.memories.items())
                 ],
-                "episodes": sorted(st.episodes),
+                "episodes": [[eid, list(models)] for eid, models in sorted(st.episodes.items())],
                 "has_profile": st.has_profile,
+                "model": st.model,
                 "commands": [[k, v] for k, v in st.commands.items()],
             }
         return {
+            "format": self.FORMAT,
             "num_partitions": self.num_partitions,
             "next_seq": self.next_seq,
             "event_offset": self.event_offset,
@@ -230,16 +296,17 @@ class DecisionState:
         state.audit_offset = snap["audit_offset"]
         for name, a in snap["agents"].items():
             st = state.agent(name)
-            for mid, project, channel, msg_id, key, source_id, locked in a["memories"]:
-                facts = MemoryFacts(project, channel, msg_id, bytes.fromhex(key), source_id, locked)
+            for mid, project, channel, msg_id, key, source_id, locked, models in a["memories"]:
+                facts = MemoryFacts(project, channel, msg_id, bytes.fromhex(key), source_id, locked, _models(*models))
                 st.memories[mid] = facts
             # Index maps are rebuilt in id order, the order the fold first saw them.
             for mid, f in sorted(st.memories.items()):
                 if f.msg_id is not None:
                     st.by_msg.setdefault((f.project, f.msg_id), mid)
                 st.by_content.setdefault((f.project, f.channel, f.content_key), mid)
-            st.episodes = set(a["episodes"])
+            st.episodes = {eid: _models(*models) for eid, models in a["episodes"]}
             st.has_profile = a["has_profile"]
+            st.model = a["model"]
             st.commands = OrderedDict((k, v if isinstance(v, dict) else tuple(v)) for k, v in a["commands"])
         return state
 
@@ -335,6 +402,21 @@ def _check_metadata(cmd: c.Command, ctx: DecideContext, metadata: dict[str, Any]
     return None
 
 
+def _check_model(cmd: c.Command, ctx: DecideContext, st: AgentDecisionState) -> Decision | None:
+    """An agent's vectors stay comparable: a write embedded with another model than the
+    agent's is refused rather than stored as a vector no query of the agent would match."""
+    emb = getattr(cmd, "embedding", None)
+    if emb is None or st.model is None or emb.model == st.model:
+        return None
+    return _refuse(
+        cmd,
+        ctx,
+        "model_mismatch",
+        f"agent {cmd.scope.agent_id!r} keeps vectors of model {st.model!r}; this write was embedded with "
+        f"{emb.model!r}. Embed with {st.model!r}, or move the agent with `memstream reembed --model {emb.model}`",
+    )
+
+
 def _embedding_payload(cmd: c.StoreMemory | c.UpdateMemory | c.ArchiveEpisode | c.UpdateProfile) -> Any:
     return cmd.embedding.header() if cmd.embedding is not None else None
 
@@ -362,7 +444,11 @@ def decide(state: DecisionState, cmd: c.Command, ctx: DecideContext) -> Decision
 
 
 def _decide_store(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
-    bad = _check_text(cmd, ctx, cmd.content, "content") or _check_metadata(cmd, ctx, cmd.metadata)
+    bad = (
+        _check_text(cmd, ctx, cmd.content, "content")
+        or _check_metadata(cmd, ctx, cmd.metadata)
+        or _check_model(cmd, ctx, st)
+    )
     if bad:
         return bad
     project, channel = cmd.scope.project_id, cmd.scope.channel
@@ -416,7 +502,11 @@ def _decide_update(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: 
         return found
     if found.locked:
         return _refuse(cmd, ctx, "locked", f"memory {cmd.memory_id} is locked")
-    bad = _check_text(cmd, ctx, cmd.content, "content") or _check_metadata(cmd, ctx, cmd.metadata)
+    bad = (
+        _check_text(cmd, ctx, cmd.content, "content")
+        or _check_metadata(cmd, ctx, cmd.metadata)
+        or _check_model(cmd, ctx, st)
+    )
     if bad:
         return bad
     twin = st.by_content.get((found.project, found.channel, content_key(cmd.content)))
@@ -458,7 +548,11 @@ def _decide_lock(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: De
 
 
 def _decide_archive(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
-    bad = _check_text(cmd, ctx, cmd.summary, "summary") or _check_metadata(cmd, ctx, cmd.metadata)
+    bad = (
+        _check_text(cmd, ctx, cmd.summary, "summary")
+        or _check_metadata(cmd, ctx, cmd.metadata)
+        or _check_model(cmd, ctx, st)
+    )
     if bad:
         return bad
     if len(cmd.keywords) > ctx.limits.max_keywords_chars:
@@ -485,7 +579,7 @@ def _decide_delete_episode(state: DecisionState, st: AgentDecisionState, cmd: An
 
 
 def _decide_profile(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
-    bad = _check_text(cmd, ctx, cmd.content, "profile")
+    bad = _check_text(cmd, ctx, cmd.content, "profile") or _check_model(cmd, ctx, st)
     if bad:
         return bad
     payload = {"content": cmd.content, "embedding": _embedding_payload(cmd)}
@@ -521,11 +615,30 @@ def _decide_standing(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx
 
 
 def _decide_reembed(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
-    live = cmd.memory_id in (st.memories if cmd.kind == "mem" else st.episodes)
-    if not live:
-        return _refuse(cmd, ctx, "not_found", f"{cmd.kind}:{cmd.memory_id} not found")
+    if cmd.kind == "mem":
+        facts = st.memories.get(cmd.memory_id)
+        if facts is None:
+            return _refuse(cmd, ctx, "not_found", f"memory {cmd.memory_id} not found")
+        if cmd.content_key is not None and facts.content_key.hex() != cmd.content_key:
+            # The text changed between the job reading it and this command: the vector would
+            # describe the old text. The job's next pass embeds the new one.
+            return _refuse(cmd, ctx, "conflict", f"memory {cmd.memory_id} changed since it was read for re-embedding")
+    elif cmd.memory_id not in st.episodes:
+        return _refuse(cmd, ctx, "not_found", f"episode {cmd.memory_id} not found")
     payload = {"id": cmd.memory_id, "kind": cmd.kind, "embedding": cmd.embedding.header()}
     return _accept(cmd, ctx, ("memory.reembedded", payload))
+
+
+def _decide_switch(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    missing = st.missing_model(cmd.model)
+    if missing:
+        # The switch is the moment recall moves to the new model: everyone must be there first,
+        # or the records left behind would vanish from dense recall.
+        return _refuse(
+            cmd, ctx, "incomplete", f"{missing} memories or episodes have no vector of model {cmd.model!r} yet"
+        )
+    payload = {"model": cmd.model, "previous": st.model}
+    return _accept(cmd, ctx, ("embedding.switched", payload))
 
 
 _DECIDERS: dict[type, Any] = {
@@ -541,6 +654,7 @@ _DECIDERS: dict[type, Any] = {
     c.SetRecallPrecision: _decide_precision,
     c.DeclareStanding: _decide_standing,
     c.ReembedMemory: _decide_reembed,
+    c.SwitchEmbedding: _decide_switch,
 }
 
 

@@ -48,7 +48,11 @@ def load_decision_state(log_: SqliteLog, snapshots: SnapshotStore | None) -> Dec
     state: DecisionState | None = None
     if snapshots is not None:
         body = snapshots.load(DECISION_SNAPSHOT)
-        if body is not None and body.get("num_partitions") == log_.num_partitions:
+        if (
+            body is not None
+            and body.get("format") == DecisionState.FORMAT
+            and body.get("num_partitions") == log_.num_partitions
+        ):
             state = DecisionState.from_snapshot(body)
     if state is None:
         state = DecisionState(log_.num_partitions)

@@ -25,6 +25,7 @@ EventType = Literal[
     "memory.locked",
     "memory.unlocked",
     "memory.reembedded",
+    "embedding.switched",
     "episode.archived",
     "episode.deleted",
     "profile.updated",

@@ -29,6 +29,7 @@ class HashEmbedder:
 
     model_id = "test-hash-64"
     dim = 64
+    salt = b""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -38,11 +39,20 @@ class HashEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for i, text in enumerate(texts):
             for word in _WORD.findall(text.lower()):
-                h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little")
+                h = int.from_bytes(hashlib.blake2b(self.salt + word.encode(), digest_size=4).digest(), "little")
                 out[i, h % self.dim] += 1.0 if (h >> 16) & 1 else -1.0
             norm = np.linalg.norm(out[i])
             out[i] = out[i] / norm if norm else 1.0 / np.sqrt(self.dim)
         return out
+
+
+class SecondHashEmbedder(HashEmbedder):
+    """Another model (48-d, other hash salt) for re-embedding tests: its vectors are not
+    comparable with HashEmbedder's, as two real models' would not be."""
+
+    model_id = "test-hash-b"
+    dim = 48
+    salt = b"b:"
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from memstream.streams import commands as c
 from memstream.streams.decision import DecideContext, DecisionState, Limits, decide
-from memstream.streams.events import Actor, Scope, decode
+from memstream.streams.events import Actor, Embedding, Scope, decode
 from memstream.streams.log import partition_for
 
 PARTITIONS = 4
@@ -33,7 +33,15 @@ ids = st.integers(min_value=0, max_value=40)
 def _cmd(kind: str, scope: Scope, content: str, msg_id: str | None, ident: int, cid: str) -> c.Command:
     base: dict[str, Any] = {"command_id": cid, "scope": scope, "actor": Actor(client_id="t"), "received_at": T0}
     if kind == "store":
-        return c.StoreMemory(content=content, msg_id=msg_id, **base)
+        # every other store carries a vector, of the agent's first model or, rarely, another
+        model = "m1" if ident % 7 else "m2"
+        emb = Embedding.from_vector(model, [1.0, float(ident)]) if ident % 2 == 0 else None
+        return c.StoreMemory(content=content, msg_id=msg_id, embedding=emb, **base)
+    if kind == "reembed":
+        vec = Embedding.from_vector("m2", [0.5, float(ident)])
+        return c.ReembedMemory(memory_id=ident, kind="ep" if ident % 5 == 0 else "mem", embedding=vec, **base)
+    if kind == "switch":
+        return c.SwitchEmbedding(model="m2" if ident % 3 else "m1", **base)
     if kind == "update":
         return c.UpdateMemory(memory_id=ident, content=content, **base)
     if kind == "delete":
@@ -58,6 +66,8 @@ command_specs = st.lists(
         st.sampled_from(
             ["store"] * 6
             + ["update", "delete", "lock", "unlock", "episode", "delete_episode", "profile", "standing", "wipe"]
+            + ["reembed"] * 3
+            + ["switch"]
         ),
         scopes,
         contents,
@@ -86,7 +96,10 @@ def run(specs: list[tuple[Any, ...]]) -> tuple[DecisionState, list[Any], list[An
     for i, (kind, scope, content, msg_id, ident, cid) in enumerate(specs):
         cmd = _cmd(kind, scope, content, msg_id, ident, f"cmd-{cid}")
         cmd = cmd.model_copy(update={"received_at": T0 + timedelta(seconds=i)})
+        missing = state.agent(scope.agent_id).missing_model(cmd.model) if isinstance(cmd, c.SwitchEmbedding) else 0
         d = decide(state, cmd, DecideContext(partition_for(scope.agent_id, PARTITIONS), Limits(), new_id))
+        if isinstance(cmd, c.SwitchEmbedding) and d.events:
+            assert missing == 0, "a switch was accepted while records lacked the model"
         for ev in d.events:
             raw = decode(ev.encode())
             state.apply_event(len(events), raw)
@@ -157,3 +170,24 @@ def test_dedup_invariants_hold(specs: list[tuple[Any, ...]]) -> None:
             key = (f.project, f.channel, f.content_key)
             assert key not in seen_content, "two live memories share content in one bucket"
             seen_content.add(key)
+
+
+@settings(max_examples=200, deadline=None)
+@given(command_specs)
+def test_an_agents_vectors_are_all_of_its_model(specs: list[tuple[Any, ...]]) -> None:
+    """Whatever the order of stores, re-embeds and switches, every applied write's vector is of
+    the agent's model at that moment, and after a switch every live record has the new one."""
+    state, events, _, _ = run(specs)
+    models: dict[str, str] = {}
+    for ev in events:
+        agent, p = ev["scope"]["agent_id"], ev["payload"]
+        if ev["type"] == "embedding.switched":
+            models[agent] = p["model"]
+        elif ev["type"] != "memory.reembedded" and p.get("embedding"):
+            assert models.setdefault(agent, p["embedding"]["model"]) == p["embedding"]["model"]
+    for agent, st_ in state.agents.items():
+        assert st_.model == models.get(agent)
+        if any(e["type"] == "embedding.switched" and e["scope"]["agent_id"] == agent for e in events):
+            assert st_.model is not None
+            stale = [m for m, f in st_.memories.items() if f.models and st_.model not in f.models]
+            assert not stale

@@ -315,11 +315,33 @@ class HealthArgs(ToolArgs):
     session_key: Annotated[StrictStr, Field(max_length=256)] = ""
 
 
-HEALTH_CHECKS = ("log_readable", "projection_lag", "log_integrity")
+def _embedding_issues(engine: Any, agent_id: str | None) -> list[dict[str, Any]]:
+    """Agents whose vectors are split between models: a re-embed started and not switched yet
+    (running, or stopped and waiting to be run again)."""
+    agents = [agent_id] if agent_id else sorted(engine.memories.by_agent)
+    out = []
+    for name in agents:
+        models = engine.vectors.models(name)
+        if len(models) > 1:
+            current = engine.vectors.model_of(name)
+            others = {m: n for m, n in sorted(models.items()) if m != current}
+            out.append(
+                {
+                    "check": "embedding",
+                    "severity": "info",
+                    "agent_id": name,
+                    "detail": f"re-embed under way or unfinished: recall uses {current!r} ({models.get(current, 0)} "
+                    f"vectors); also {others}. Run `memstream reembed --model <model>` to finish it",
+                }
+            )
+    return out
+
+
+HEALTH_CHECKS = ("log_readable", "projection_lag", "log_integrity", "embedding")
 
 
 async def check_health(engine: Any, caller: Caller, args: HealthArgs) -> dict[str, Any]:
-    wanted = list(args.checks or ["log_readable", "projection_lag"])
+    wanted = list(args.checks or ["log_readable", "projection_lag", "embedding"])
     unknown = [c for c in wanted if c not in HEALTH_CHECKS]
     if unknown:
         return {"ok": False, "error": f"unknown checks: {', '.join(unknown)}; known: {', '.join(HEALTH_CHECKS)}"}
@@ -355,6 +377,8 @@ async def check_health(engine: Any, caller: Caller, args: HealthArgs) -> dict[st
         }
 
     body = await engine.read(stats)
+    if "embedding" in wanted:
+        issues.extend(await engine.read(lambda: _embedding_issues(engine, args.agent_id)))
     lag = end - 1 - engine.runner.offset
     if "projection_lag" in wanted and lag > 0:
         issues.append({"check": "projection_lag", "severity": "warn", "detail": f"read models are {lag} events behind"})

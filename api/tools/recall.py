@@ -168,7 +168,7 @@ async def _recall(engine: Any, args: RecallArgs) -> tuple[dict[str, Any], Recall
     vec = None
     model = None
     if settings.recall_retrievers != "lexical":
-        [emb] = await engine.embed([req.query])
+        [emb] = await engine.embed([req.query], agent_id=req.scope.agent_id)
         if emb is not None:
             vec, model = emb.vector(), emb.model
 

@@ -102,7 +102,7 @@ async def store(engine: Any, caller: Caller, args: StoreArgs) -> dict[str, Any]:
     )
     if problem:
         return _rejected(problem)
-    [embedding] = await engine.embed([cleaned])
+    [embedding] = await engine.embed([cleaned], agent_id=args.agent_id)
     cmd = c.StoreMemory(
         **envelope(caller, args, args.agent_id, args.project_id, args.channel),
         content=cleaned,
@@ -180,7 +180,7 @@ async def update_memory(engine: Any, caller: Caller, args: UpdateArgs) -> dict[s
     if owner is None:
         mark_failure("not_found")
         return {"ok": False, "error": f"Memory {args.memory_id} not found"}
-    [embedding] = await engine.embed([cleaned])
+    [embedding] = await engine.embed([cleaned], agent_id=owner)
     cmd = c.UpdateMemory(
         **envelope(caller, args, owner), memory_id=args.memory_id, content=cleaned, embedding=embedding
     )
@@ -251,7 +251,7 @@ async def archive_episode(engine: Any, caller: Caller, args: ArchiveArgs) -> dic
                     stamps.append(stamp)
     except InputError as exc:
         return fail(str(exc))
-    [embedding] = await engine.embed([summary])
+    [embedding] = await engine.embed([summary], agent_id=args.agent_id)
     cmd = c.ArchiveEpisode(
         **envelope(caller, args, args.agent_id, args.project_id, args.channel),
         summary=summary,
@@ -402,7 +402,7 @@ async def calibrate_agent(engine: Any, agent_id: str, beta: float) -> dict[str, 
 
     if engine.settings.embedder == "none":
         return {"ok": False, "error": f"Need at least {MIN_EMBEDDED} embeddings, found 0"}
-    model = engine.embedder.model_id
+    model = await engine.read(lambda: engine.vectors.model_of(agent_id)) or engine.embedder.model_id
     seed = f"{agent_id}:{engine.log.end_offset()}"
 
     def pick() -> list[tuple[int, str]]:
@@ -413,7 +413,7 @@ async def calibrate_agent(engine: Any, agent_id: str, beta: float) -> dict[str, 
     picked = await engine.read(pick)
     if len(picked) < MIN_EMBEDDED:
         return {"ok": False, "error": f"Need at least {MIN_EMBEDDED} embeddings, found {len(picked)}"}
-    embeddings = await engine.embed([text for _, text in picked])
+    embeddings = await engine.embed([text for _, text in picked], model=model)
     vectors = {ident: e.vector() for (ident, _), e in zip(picked, embeddings, strict=True) if e is not None}
     result: dict[str, Any] = await engine.read(lambda: calibrate(engine, agent_id, beta, seed, vectors))
     result["seed"] = seed

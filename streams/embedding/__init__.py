@@ -41,6 +41,7 @@ __all__ = [
     "available_embedders",
     "load_embedder",
     "load_local_embedder",
+    "register_embedder",
 ]
 
 DEFAULT_EMBEDDER = "minilm-l6-v2-int8"
@@ -162,6 +163,19 @@ _cache_lock = threading.Lock()
 def available_embedders() -> list[str]:
     """Names accepted by ``load_embedder(name=...)`` (whether or not their package is installed)."""
     return sorted(_FACTORIES)
+
+
+def register_embedder(name: str, factory: Callable[[], Embedder]) -> None:
+    """Make a local model loadable by name (``MEMSTREAM_EMBEDDER``, ``memstream reembed --model``).
+
+    For models memstream does not ship: a deployment registers its own before starting the
+    server or the CLI. The factory is called at most once per process."""
+    key = name.strip().lower()
+    if not key or key == "none":
+        raise ValueError(f"invalid embedder name {name!r}")
+    with _cache_lock:
+        _FACTORIES[key] = factory
+        _cache.pop(key, None)
 
 
 def load_embedder(url: str | None = None, name: str | None = None) -> Embedder:
