@@ -28,7 +28,7 @@ from memstream.streams.commands import Command
 from memstream.streams.decision import Limits
 from memstream.streams.embedded_bus import EmbeddedCommandBus
 from memstream.streams.embedding import Embedder, EmbeddingError, load_embedder, load_local_embedder
-from memstream.streams.events import AuditRecord, Embedding
+from memstream.streams.events import AuditRecord, Embedding, decode
 from memstream.streams.log import Committed
 from memstream.streams.runner import ProjectionRunner
 from memstream.streams.snapshots import SnapshotStore
@@ -192,6 +192,20 @@ class Engine:
             self._embedders[model] = emb
         return emb
 
+    def agent_model(self, agent_id: str) -> str | None:
+        """The model of an agent's vectors, as of the log's end.
+
+        The read models say it as of their offset; a switch another process appended since
+        is looked up in the agent's part of the log's tail (an indexed read of one event type)
+        instead of folding the whole tail here, so a store does not pay a read's fold."""
+        since = self.runner.offset + 1  # first: a fold running meanwhile only makes ``model`` newer
+        model = self.vectors.model_of(agent_id)
+        if self.log.end_offset() > since:
+            switched = self.log.read(since, agent_id=agent_id, types=("embedding.switched",), vectors=False)
+            if switched:
+                model = decode(switched[-1].value)["payload"]["model"]
+        return model
+
     async def embed(
         self, texts: Sequence[str], *, agent_id: str | None = None, model: str | None = None
     ) -> list[Embedding | None]:
@@ -204,7 +218,7 @@ class Engine:
         if self.settings.embedder == "none" and self._embedder is None:
             return [None] * len(texts)
         if agent_id is not None and model is None:
-            model = await self.read(lambda: self.vectors.model_of(agent_id))
+            model = self.agent_model(agent_id)
         loop = asyncio.get_running_loop()
         emb = self.embedder_for(model)
         vectors: np.ndarray = await loop.run_in_executor(self._embed_pool, emb.embed, list(texts))

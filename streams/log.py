@@ -58,9 +58,11 @@ class EventLog(Protocol):
         agent_id: str | None = None,
         limit: int = 10_000,
         vectors: bool = True,
+        types: Sequence[str] | None = None,
     ) -> list[LogRecord]:
         """Events with ``start <= offset < stop`` in offset order, at most ``limit``; without
-        their attached vectors when ``vectors`` is false (folds that never look at them)."""
+        their attached vectors when ``vectors`` is false (folds that never look at them); only
+        of the given event ``types`` when those are named."""
         ...
 
     def read_offsets(self, offsets: Sequence[int]) -> list[LogRecord]: ...

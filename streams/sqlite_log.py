@@ -114,6 +114,7 @@ class SqliteLog:
         agent_id: str | None = None,
         limit: int = 10_000,
         vectors: bool = True,
+        types: Sequence[str] | None = None,
     ) -> list[LogRecord]:
         column = "vector" if vectors else "NULL"
         sql = f'SELECT "offset", partition, agent, type, value, {column} FROM events WHERE "offset" >= ?'
@@ -124,6 +125,9 @@ class SqliteLog:
         if agent_id is not None:
             sql += " AND agent = ?"
             args.append(agent_id)
+        if types is not None:
+            sql += f" AND type IN ({','.join('?' * len(types))})"
+            args.extend(types)
         sql += ' ORDER BY "offset" LIMIT ?'
         args.append(limit)
         return [LogRecord(*row) for row in self.connection().execute(sql, args)]

@@ -273,3 +273,22 @@ def test_reembed_killed_with_sigkill_resumes_and_completes(settings: Settings, t
             await engine.close()
 
     asyncio.run(check())
+
+
+async def test_a_switch_made_by_another_process_is_seen_by_the_next_store(settings: Settings) -> None:
+    server = engine_for(settings)
+    await server.start()
+    other = engine_for(settings)  # the CLI's engine: another handle on the same data directory
+    try:
+        await fill(server, "a", 10)
+        await call(server, "recall", agent_id="a", query="tea")  # the server's read models fold
+        await other.start()
+        assert (await Reembedder(other, SecondHashEmbedder()).run(["a"])).complete
+        # the server has not read since: its read models still say the old model
+        assert server.vectors.model_of("a") == "test-hash-64"
+        stored = await call(server, "store", agent_id="a", content="written right after the switch")
+        assert stored["result"] == "stored", stored
+        assert await server.read(lambda: server.vectors.models("a")) == {"test-hash-b": 12}
+    finally:
+        await other.close()
+        await server.close()
