@@ -1,0 +1,307 @@
+"""The Kafka log: memstream's topics on a real Apache Kafka cluster (issue 5, item 1).
+
+Three topics, all with the same partition count and the same agent → partition mapping as the
+embedded log (``log.partition_for``, a CRC32 of the agent id, *not* Kafka's murmur2 default
+partitioner), because ids are allocated per partition and every process must agree where an
+agent's commands are decided:
+
+- ``<prefix>.events``: every accepted write. The source of truth, so retention is infinite
+  (``retention.ms = retention.bytes = -1``) and compaction is off.
+- ``<prefix>.audit``: refused and skipped commands (H4). Infinite retention too: an audit
+  trail that expires is not one.
+- ``<prefix>.commands``: commands on their way to the decider of their partition. Transient
+  (7 days by default): once decided, a command lives on as its events or its audit record.
+
+A record is keyed by its agent id; its value is the event's JSON (``Event.encode``); its
+headers carry the event type (so readers can filter without parsing) and, for events with an
+embedding, the raw little-endian float32 vector (``Event.vector``), so folds that never look
+at vectors never copy them. Offsets are Kafka's, per partition: a ``LogRecord`` read here has
+the partition's offset and its partition, and per-partition folds use them as the embedded
+log's folds use its global offset.
+
+Producers are idempotent with ``acks=all``: a retried send after a lost acknowledgement never
+lands twice, and records of one partition keep their order. Topics are created explicitly
+(``ensure_topics``) and an existing topic whose partition count differs is refused rather than
+used: changing it would move agents to other partitions behind the deciders' backs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from memstream.streams.log import LogRecord, partition_for
+
+WEEK_MS: Final = 7 * 24 * 3600 * 1000
+
+
+class KafkaLogError(RuntimeError):
+    """The cluster is unreachable, or its topics are not what memstream needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConfig:
+    bootstrap: str = "127.0.0.1:9092"
+    prefix: str = "memstream"
+    partitions: int = 16
+    # 3 with min.insync.replicas 2 in production (docs/kafka-operations.md); 1 on one broker.
+    replication: int = 1
+    min_insync_replicas: int | None = None
+    commands_retention_ms: int = WEEK_MS
+    request_timeout_ms: int = 30_000
+    client_id: str = "memstream"
+
+    @property
+    def events_topic(self) -> str:
+        return f"{self.prefix}.events"
+
+    @property
+    def audit_topic(self) -> str:
+        return f"{self.prefix}.audit"
+
+    @property
+    def commands_topic(self) -> str:
+        return f"{self.prefix}.commands"
+
+    def topic_configs(self) -> dict[str, dict[str, str]]:
+        """Per topic, the configs memstream sets at creation and checks afterwards."""
+        durable = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+        if self.min_insync_replicas is not None:
+            durable["min.insync.replicas"] = str(self.min_insync_replicas)
+        transient = {**durable, "retention.ms": str(self.commands_retention_ms)}
+        return {self.events_topic: durable, self.audit_topic: durable, self.commands_topic: transient}
+
+
+@dataclass(slots=True)
+class TopicReport:
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+
+
+async def ensure_topics(cfg: KafkaConfig) -> TopicReport:
+    """Create memstream's topics where missing; check the partition count and the durability
+    settings of the ones that exist. Safe to call from every process at every start."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=cfg.bootstrap, request_timeout_ms=cfg.request_timeout_ms, client_id=cfg.client_id
+    )
+    try:
+        await admin.start()
+    except Exception as exc:
+        await admin.close()
+        raise KafkaLogError(f"no Kafka cluster answers at {cfg.bootstrap}: {type(exc).__name__}: {exc}") from exc
+    report = TopicReport()
+    try:
+        wanted = cfg.topic_configs()
+        present = set(await admin.list_topics())
+        missing = [name for name in wanted if name not in present]
+        if missing:
+            response = await admin.create_topics(
+                [NewTopic(n, cfg.partitions, cfg.replication, topic_configs=wanted[n]) for n in missing],
+                timeout_ms=cfg.request_timeout_ms,
+            )
+            for err in response.to_object()["topic_errors"]:
+                # 36 = TOPIC_ALREADY_EXISTS: another process created it between list and create.
+                if err["error_code"] not in (0, 36):
+                    raise KafkaLogError(f"could not create topic {err['topic']}: {err}")
+            report.created = missing
+        report.existing = [n for n in wanted if n not in missing]
+        await _wait_for_leaders(admin, cfg, list(wanted))
+        await _check_configs(admin, wanted)
+        return report
+    finally:
+        await admin.close()
+
+
+async def _wait_for_leaders(admin: AIOKafkaAdminClient, cfg: KafkaConfig, topics: list[str]) -> None:
+    deadline = asyncio.get_running_loop().time() + cfg.request_timeout_ms / 1000
+    while True:
+        described = await admin.describe_topics(topics)
+        ready = True
+        for topic in described:
+            parts = topic["partitions"] if topic["error_code"] == 0 else []
+            if parts and len(parts) != cfg.partitions:
+                raise KafkaLogError(
+                    f"topic {topic['topic']} has {len(parts)} partitions, this deployment uses {cfg.partitions}: "
+                    "agents would land on other partitions than their deciders; use another prefix or fix the config"
+                )
+            ready = ready and len(parts) == cfg.partitions and all(p["leader"] >= 0 for p in parts)
+        if ready:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise KafkaLogError(f"topics {topics} have no leader for every partition after {cfg.request_timeout_ms} ms")
+        await asyncio.sleep(0.1)
+
+
+async def _check_configs(admin: AIOKafkaAdminClient, wanted: dict[str, dict[str, str]]) -> None:
+    resources = [ConfigResource(ConfigResourceType.TOPIC, name, dict.fromkeys(conf)) for name, conf in wanted.items()]
+    described = await admin.describe_configs(resources)
+    actual: dict[str, dict[str, str]] = {}
+    for response in described:
+        for res in response.to_object()["resources"]:
+            actual[res["resource_name"]] = {e["config_names"]: e["config_value"] for e in res["config_entries"]}
+    for name, conf in wanted.items():
+        for key in ("retention.ms", "retention.bytes", "cleanup.policy"):
+            if actual.get(name, {}).get(key) != conf[key]:
+                raise KafkaLogError(
+                    f"topic {name}: {key} is {actual.get(name, {}).get(key)!r}, memstream needs {conf[key]!r} "
+                    "(the events and audit topics are the source of truth and must never expire or compact)"
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    partition: int
+    offset: int
+
+
+class KafkaLog:
+    """Append to and read from memstream's topics. One producer per process; readers use a
+    consumer without a group (assigned partitions, explicit seeks), so reading from any offset
+    never disturbs the workers' consumer group."""
+
+    def __init__(self, cfg: KafkaConfig) -> None:
+        self.cfg = cfg
+        self.num_partitions = cfg.partitions
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._read_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.cfg.bootstrap,
+            client_id=self.cfg.client_id,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=2,
+            request_timeout_ms=self.cfg.request_timeout_ms,
+        )
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.cfg.bootstrap,
+            client_id=self.cfg.client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_uncommitted",
+            request_timeout_ms=self.cfg.request_timeout_ms,
+        )
+        try:
+            await self._producer.start()
+            await self._consumer.start()
+        except Exception as exc:
+            await self.close()
+            why = f"{type(exc).__name__}: {exc}"
+            raise KafkaLogError(f"cannot connect to Kafka at {self.cfg.bootstrap}: {why}") from exc
+
+    async def close(self) -> None:
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await client.stop()
+        self._producer = self._consumer = None
+
+    def partition_of(self, agent_id: str) -> int:
+        return partition_for(agent_id, self.num_partitions)
+
+    async def append(
+        self, records: Sequence[tuple[str, str, bytes, bytes | None]], *, topic: str | None = None
+    ) -> list[Appended]:
+        """Append ``(agent_id, type, value, vector)`` records; returns where each landed, in
+        order. Returns once every record is acknowledged by all in-sync replicas."""
+        if self._producer is None:
+            raise KafkaLogError("KafkaLog.start() was not called")
+        name = topic or self.cfg.events_topic
+        futures = []
+        for agent_id, type_, value, vector in records:
+            headers = [("type", type_.encode())]
+            if vector is not None:
+                headers.append(("vector", vector))
+            futures.append(
+                await self._producer.send(
+                    name,
+                    value=value,
+                    key=agent_id.encode("utf-8", "surrogatepass"),
+                    partition=self.partition_of(agent_id),
+                    headers=headers,
+                )
+            )
+        metas = await asyncio.gather(*futures)
+        return [Appended(m.partition, m.offset) for m in metas]
+
+    async def end_offsets(self, *, topic: str | None = None) -> dict[int, int]:
+        """Per partition, the offset the next record will get."""
+        consumer = self._need_consumer()
+        name = topic or self.cfg.events_topic
+        tps = [TopicPartition(name, p) for p in range(self.num_partitions)]
+        ends = await consumer.end_offsets(tps)
+        return {tp.partition: int(off) for tp, off in ends.items()}
+
+    async def read(
+        self,
+        partition: int,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        topic: str | None = None,
+        agent_id: str | None = None,
+        types: Sequence[str] | None = None,
+        limit: int = 10_000,
+        vectors: bool = True,
+    ) -> list[LogRecord]:
+        """Records of one partition with ``start <= offset < stop`` (stop: the end now), in
+        offset order, at most ``limit`` after filtering by agent and type."""
+        consumer = self._need_consumer()
+        name = topic or self.cfg.events_topic
+        tp = TopicPartition(name, partition)
+        wanted_types = {t.encode() for t in types} if types is not None else None
+        key = agent_id.encode("utf-8", "surrogatepass") if agent_id is not None else None
+        out: list[LogRecord] = []
+        async with self._read_lock:  # one consumer, one assignment at a time
+            end = (await consumer.end_offsets([tp]))[tp]
+            stop = end if stop is None else min(stop, end)
+            if start >= stop:
+                return out
+            consumer.assign([tp])
+            consumer.seek(tp, start)
+            pos = start
+            while pos < stop and len(out) < limit:
+                batch = await consumer.getmany(tp, timeout_ms=1000, max_records=min(limit, 5000))
+                records = batch.get(tp, [])
+                if not records:
+                    if await consumer.position(tp) >= stop:
+                        break
+                    continue
+                for rec in records:
+                    pos = rec.offset + 1
+                    if rec.offset >= stop:
+                        pos = stop
+                        break
+                    headers = dict(rec.headers)
+                    if wanted_types is not None and headers.get("type") not in wanted_types:
+                        continue
+                    if key is not None and rec.key != key:
+                        continue
+                    out.append(
+                        LogRecord(
+                            rec.offset,
+                            rec.partition,
+                            (rec.key or b"").decode("utf-8", "surrogatepass"),
+                            headers.get("type", b"").decode(),
+                            rec.value or b"",
+                            headers.get("vector") if vectors else None,
+                        )
+                    )
+                    if len(out) >= limit:
+                        break
+        return out
+
+    def _need_consumer(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise KafkaLogError("KafkaLog.start() was not called")
+        return self._consumer
