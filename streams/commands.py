@@ -114,6 +114,16 @@ class ReembedMemory(Command):
     embedding: Embedding
 
 
+class DeclareAssociations(Command):
+    """Declare and/or retract associations (A1). The items are judged by the decider, item by
+    item (a malformed one is dropped, never a reason to refuse the rest), so they arrive raw."""
+
+    name: ClassVar[str] = "declare_associations"
+    associations: dict[str, Any] | None = None
+    anchor_ref: str = ""
+    retract: dict[str, Any] | None = None
+
+
 AnyCommand = (
     StoreMemory
     | UpdateMemory
@@ -127,4 +137,5 @@ AnyCommand = (
     | SetRecallPrecision
     | DeclareStanding
     | ReembedMemory
+    | DeclareAssociations
 )
