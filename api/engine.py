@@ -19,6 +19,7 @@ import numpy as np
 
 from memstream.api.point_in_time import PointInTime, View
 from memstream.api.settings import Settings
+from memstream.projections.associations import AssociationsProjection
 from memstream.projections.history import HistoryProjection
 from memstream.projections.lexical import LexicalProjection
 from memstream.projections.precision import PrecisionProjection
@@ -60,6 +61,7 @@ def read_models(snapshots: SnapshotStore | None = None) -> list[Any]:
         PrecisionProjection(),
         VectorProjection(blobs=snapshots),
         LexicalProjection(),
+        AssociationsProjection(),
     ]
 
 
@@ -127,6 +129,10 @@ class Engine:
     @property
     def lexical(self) -> LexicalProjection:
         return self.runner.projections[6]  # type: ignore[return-value]
+
+    @property
+    def associations(self) -> AssociationsProjection:
+        return self.runner.projections[7]  # type: ignore[return-value]
 
     @property
     def embedder(self) -> Embedder:

@@ -36,7 +36,8 @@ class View:
             self.precision,
             self.vectors,
             self.lexical,
-        ) = runner.projections
+        ) = runner.projections[:7]
+        self.associations = runner.projections[7]
 
     async def read(self, query: Callable[[], T]) -> T:
         return query()

@@ -127,6 +127,16 @@ class SwitchEmbedding(Command):
     model: str = Field(min_length=1, max_length=200)
 
 
+class DeclareAssociations(Command):
+    """Declare and/or retract associations (A1). The items are judged by the decider, item by
+    item (a malformed one is dropped, never a reason to refuse the rest), so they arrive raw."""
+
+    name: ClassVar[str] = "declare_associations"
+    associations: dict[str, Any] | None = None
+    anchor_ref: str = ""
+    retract: dict[str, Any] | None = None
+
+
 AnyCommand = (
     StoreMemory
     | UpdateMemory
@@ -141,4 +151,5 @@ AnyCommand = (
     | DeclareStanding
     | ReembedMemory
     | SwitchEmbedding
+    | DeclareAssociations
 )

@@ -18,6 +18,7 @@ from typing import Any, Final
 import orjson
 
 from memstream.streams import commands as c
+from memstream.streams.associations import AssocIndex, decide_declaration
 from memstream.streams.events import AuditRecord, Event, EventType, parse_ref
 
 # Retries are recognised within this many most recent commands per agent. A bound keeps the
@@ -85,6 +86,8 @@ class AgentDecisionState:
     # only by a completed re-embed (``embedding.switched``), so one agent's vectors are never
     # a mix of models that cannot be compared.
     model: str | None = None
+    # Declared associations (streams/associations.py); None until the agent declares any.
+    assoc: AssocIndex | None = None
     # command id -> its first outcome: a dict for audited outcomes, a compact event memo
     # (see ``memo_of_event``) for applied ones.
     commands: OrderedDict[str, Any] = field(default_factory=OrderedDict)
@@ -218,6 +221,8 @@ class DecisionState:
                 st.saw_model(facts.models)
         elif t == "memory.deleted":
             st.forget_memory(p["id"])
+            if st.assoc is not None:
+                st.assoc.forget_record(f"mem:{p['id']}")
         elif t == "memory.locked" or t == "memory.unlocked":
             facts = st.memories.get(p["id"])
             if facts is not None:
@@ -244,6 +249,8 @@ class DecisionState:
             st.saw_model(st.episodes[p["id"]])
         elif t == "episode.deleted":
             st.episodes.pop(p["id"], None)
+            if st.assoc is not None:
+                st.assoc.forget_record(f"ep:{p['id']}")
         elif t == "profile.updated":
             st.has_profile = True
             st.saw_model(_models_of(p))
@@ -254,6 +261,13 @@ class DecisionState:
                 st.episodes.pop(eid, None)
             if p.get("profile"):
                 st.has_profile = False
+            if st.assoc is not None:
+                for ref in [f"mem:{i}" for i in p["memory_ids"]] + [f"ep:{i}" for i in p["episode_ids"]]:
+                    st.assoc.forget_record(ref)
+        elif t == "associations.declared" or t == "associations.retracted":
+            if st.assoc is None:
+                st.assoc = AssocIndex()
+            st.assoc.apply(ev["scope"]["project_id"], ev["scope"]["channel"], p)
         st.remember(ev["command_id"], memo_of_event(t, p))
 
     def apply_audit(self, offset: int, rec: dict[str, Any]) -> None:
@@ -279,6 +293,8 @@ class DecisionState:
                 "model": st.model,
                 "commands": [[k, v] for k, v in st.commands.items()],
             }
+            if st.assoc is not None:
+                agents[name]["assoc"] = st.assoc.to_snapshot()
         return {
             "format": self.FORMAT,
             "num_partitions": self.num_partitions,
@@ -307,6 +323,8 @@ class DecisionState:
             st.episodes = {eid: _models(*models) for eid, models in a["episodes"]}
             st.has_profile = a["has_profile"]
             st.model = a["model"]
+            if "assoc" in a:
+                st.assoc = AssocIndex.from_snapshot(a["assoc"])
             st.commands = OrderedDict((k, v if isinstance(v, dict) else tuple(v)) for k, v in a["commands"])
         return state
 
@@ -639,6 +657,32 @@ def _decide_switch(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: 
         )
     payload = {"model": cmd.model, "previous": st.model}
     return _accept(cmd, ctx, ("embedding.switched", payload))
+def _decide_associations(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    """Judge a declaration (streams/associations.py). One event carries all of it, resolved;
+    a call that changes nothing (only dropped or repeated items) is audited as skipped, with
+    the same answer, so a retry still gets it back (W9)."""
+
+    def exists(node: tuple[str, int]) -> bool:
+        return node[1] in (st.memories if node[0] == "mem" else st.episodes)
+
+    payload, changed = decide_declaration(
+        st.assoc or AssocIndex(),
+        cmd.scope.project_id,
+        cmd.scope.channel,
+        cmd.associations,
+        cmd.anchor_ref,
+        cmd.retract,
+        exists,
+    )
+    if not changed:
+        return _skip_quiet(cmd, ctx, payload["report"])
+    declared = payload["entities"] or payload["mentions"] or payload["relations"]
+    return _accept(cmd, ctx, ("associations.declared" if declared else "associations.retracted", payload))
+
+
+def _skip_quiet(cmd: c.Command, ctx: DecideContext, report: dict[str, Any]) -> Decision:
+    out = Outcome("skipped", detail={"report": report})
+    return Decision(out, audit=_audit(cmd, ctx, out))
 
 
 _DECIDERS: dict[type, Any] = {
@@ -655,6 +699,7 @@ _DECIDERS: dict[type, Any] = {
     c.DeclareStanding: _decide_standing,
     c.ReembedMemory: _decide_reembed,
     c.SwitchEmbedding: _decide_switch,
+    c.DeclareAssociations: _decide_associations,
 }
 
 
@@ -668,6 +713,8 @@ def memo_of_event(t: str, p: dict[str, Any]) -> tuple[Any, ...]:
         return (t, p["id"], p.get("embedding") is not None, bool(p.get("locked")))
     if t == "memory.locked" and p.get("skipped"):
         return (t, p["id"], p["skipped"])
+    if t == "associations.declared" or t == "associations.retracted":
+        return (t, None, p["report"])
     return (t, p.get("id"))
 
 
@@ -688,4 +735,6 @@ def outcome_of_memo(memo: Any) -> Outcome:
         return Outcome("applied", id=memo[1], detail=detail)
     if t == "memory.locked" and len(memo) == 3:
         return Outcome("skipped", id=memo[1], reason=memo[2], detail={"locked": True})
+    if t == "associations.declared" or t == "associations.retracted":
+        return Outcome("applied", detail={"report": memo[2]})
     return Outcome("applied", id=memo[1])

@@ -30,6 +30,9 @@ class RecallRequest:
     exclude: tuple[str, ...] = ()
     after: datetime | None = None
     before: datetime | None = None
+    # Declared names the query mentions (reconstruct's stage 1, A3): added to the lexical and
+    # keyword searches only; the embedding search sees the query as written.
+    lexical_terms: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -38,6 +41,8 @@ class RecallResult:
     profile: str | None = None  # the profile row's text when it is injected
     gate_fallback: bool = False
     lists: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    # Every candidate that passed the gate, before the limit cut (best first).
+    admitted: list[fusion.Candidate] = field(default_factory=list)
 
 
 def row_of(engine: Any, ref: str) -> Any:
@@ -124,8 +129,9 @@ def run_recall(
         window, far = admitted(window), admitted(far)
         far_limit = req.limit if settings.vector_far_limit == 0 else min(req.limit, settings.vector_far_limit)
         far = far[:far_limit]
-    lexical = admitted(engine.lexical.search(req.scope, req.query, fetch)) if use_lexical else []
-    keyword = admitted(engine.lexical.keyword(req.scope, req.query, fetch)) if use_lexical else []
+    lex_query = " ".join((req.query, *req.lexical_terms)) if req.lexical_terms else req.query
+    lexical = admitted(engine.lexical.search(req.scope, lex_query, fetch)) if use_lexical else []
+    keyword = admitted(engine.lexical.keyword(req.scope, lex_query, fetch)) if use_lexical else []
 
     # The keyword channel is a fallback inside the lexical vote, not a vote of its own: it adds
     # rows BM25 did not rank (identifiers, hashes, terms its tokenizer splits) after BM25's
@@ -189,7 +195,7 @@ def run_recall(
     # and cut by the limit when scored rows fill it.
     if profile_row is not None and pool >= 50 and not req.source_id:
         profile = profile_row.content
-    return RecallResult(passed[: req.limit], profile, gate_fallback, lists)
+    return RecallResult(passed[: req.limit], profile, gate_fallback, lists, passed)
 
 
 def _apply_episode_prior(engine: Any, settings: Settings, scope: ScopeFilter, cands: list[fusion.Candidate]) -> bool:

@@ -80,8 +80,6 @@ async def store(engine: Any, caller: Caller, args: StoreArgs) -> dict[str, Any]:
         content, msg_id, source, timestamp, metadata = m.content, m.id, m.source, m.timestamp, m.metadata
     if not args.agent_id:
         return _rejected("agent_id is required")
-    if args.associations is not None:
-        return _rejected("associations are not accepted on store yet: declare them with declare_associations")
     if not content:
         return _rejected("empty content")
     try:
@@ -114,7 +112,16 @@ async def store(engine: Any, caller: Caller, args: StoreArgs) -> dict[str, Any]:
         lock=args.lock,
     )
     out = (await engine.submit(cmd)).outcome
-    return store_answer(out, truncated=truncated, lock_requested=args.lock)
+    body = store_answer(out, truncated=truncated, lock_requested=args.lock)
+    if args.associations and out.result != "rejected" and out.id is not None:
+        # The rider runs against the stored or echoed record (as CPersona's); a malformed item
+        # is dropped in its report, never a reason to lose the memory.
+        from memstream.api.tools.associations import store_rider
+
+        body["associations"] = await store_rider(
+            engine, caller, args, args.agent_id, args.project_id, args.channel, out.id, args.associations
+        )
+    return body
 
 
 def store_answer(out: Outcome, *, truncated: bool = False, lock_requested: bool = False) -> dict[str, Any]:
