@@ -2,15 +2,23 @@
 
     python bench/embed_server.py --port 8089                 # default model, 127.0.0.1:8089
     python bench/embed_server.py --port 0 --model wordllama-l2-256   # ephemeral port
+    python bench/embed_server.py --port 0 --precomputed vecs.npz     # answer known texts from a table
 
 Protocol (what memstream's HttpEmbedder and CPersona's ``CPERSONA_EMBEDDING_MODE=http`` speak):
 
     POST /embed   {"texts": ["...", ...]}  ->  200 {"embeddings": [[...], ...], "model": ID, "dim": N}
-    GET  /health                           ->  200 {"status": "ok", "model": ID, "dim": N}
+    GET  /health                           ->  200 {"status": "ok", "model": ID, "dim": N, counters}
 
-Vectors are unit-norm float32 values. Errors: 400 (bad JSON or schema), 404, 413 (more than
-``--max-texts`` texts or a body over 16 MiB), 500 (the model failed). Binds loopback only. Once
-listening it prints ``listening on http://HOST:PORT/embed`` on stdout; SIGTERM/SIGINT stop it.
+Vectors are unit-norm float32 values. ``--precomputed FILE.npz`` (arrays ``texts``, ``vectors`` and
+``model``, the id of the model that computed them; it must equal the served model's) answers every
+text found in that table from the table and embeds the rest live, in one batch per request; the
+``/health`` answer then counts table hits, live misses and the seconds spent embedding live. Use it
+only with vectors the same model computed (benchmarks that precomputed their corpus), so a client
+that stores a known corpus measures itself rather than this server's model.
+
+Errors: 400 (bad JSON or schema), 404, 413 (more than ``--max-texts`` texts or a body over
+16 MiB), 500 (the model failed). Binds loopback only. Once listening it prints
+``listening on http://HOST:PORT/embed`` on stdout; SIGTERM/SIGINT stop it.
 """
 
 from __future__ import annotations
@@ -20,8 +28,10 @@ import ipaddress
 import signal
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import numpy as np
 import orjson
 
 from memstream.streams.embedding import DEFAULT_EMBEDDER, Embedder, EmbeddingError, load_local_embedder
@@ -42,6 +52,7 @@ class EmbedServer(ThreadingHTTPServer):
         path: str = "/embed",
         max_texts: int = 1024,
         verbose: bool = False,
+        precomputed: dict[str, np.ndarray] | None = None,
     ) -> None:
         if not _is_loopback(host):
             raise ValueError(f"refusing to bind {host!r}: the embed server listens on loopback only")
@@ -50,6 +61,10 @@ class EmbedServer(ThreadingHTTPServer):
         self.max_texts = max_texts
         self.verbose = verbose
         self.batch_sizes: list[int] = []  # texts per served /embed request (tests, diagnostics)
+        self.precomputed = precomputed  # text -> vector of the same model, or None
+        self.table_hits = 0
+        self.live_misses = 0
+        self.live_seconds = 0.0
         self._stats_lock = threading.Lock()
         super().__init__((host, port), _Handler)
 
@@ -62,6 +77,57 @@ class EmbedServer(ThreadingHTTPServer):
     def record(self, n: int) -> None:
         with self._stats_lock:
             self.batch_sizes.append(n)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """The vectors of ``texts``: from the precomputed table where it has them, else live."""
+        table = self.precomputed
+        if table is None:
+            t0 = time.perf_counter()
+            out = self.embedder.embed(texts)
+            self._count(0, len(texts), time.perf_counter() - t0)
+            return out
+        rows = [table.get(t) for t in texts]
+        miss = [i for i, r in enumerate(rows) if r is None]
+        live_s = 0.0
+        if miss:
+            t0 = time.perf_counter()
+            live = np.asarray(self.embedder.embed([texts[i] for i in miss]), dtype=np.float32)
+            live_s = time.perf_counter() - t0
+            for j, i in enumerate(miss):
+                rows[i] = live[j]
+        self._count(len(texts) - len(miss), len(miss), live_s)
+        if not rows:
+            return np.zeros((0, self.embedder.dim), np.float32)
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    def _count(self, hits: int, misses: int, live_s: float) -> None:
+        with self._stats_lock:
+            self.table_hits += hits
+            self.live_misses += misses
+            self.live_seconds += live_s
+
+    def counters(self) -> dict:
+        with self._stats_lock:
+            return {
+                "precomputed_rows": len(self.precomputed) if self.precomputed is not None else 0,
+                "table_hits": self.table_hits,
+                "live_misses": self.live_misses,
+                "live_seconds": round(self.live_seconds, 3),
+                "requests": len(self.batch_sizes),
+            }
+
+
+def load_precomputed(path: str, model_id: str) -> dict[str, np.ndarray]:
+    """text -> vector from an .npz with ``texts``, ``vectors`` and ``model`` (must be ``model_id``)."""
+    with np.load(path, allow_pickle=False) as z:
+        model = str(z["model"])
+        if model != model_id:
+            raise ValueError(f"{path}: vectors of model {model!r}, but this server embeds with {model_id!r}")
+        texts = [str(t) for t in z["texts"]]
+        vectors = np.asarray(z["vectors"], dtype=np.float32)
+    if len(texts) != len(vectors):
+        raise ValueError(f"{path}: {len(texts)} texts but {len(vectors)} vectors")
+    return dict(zip(texts, vectors, strict=True))
 
 
 def _is_loopback(host: str) -> bool:
@@ -92,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path.split("?")[0] in ("/health", "/healthz"):
             emb = self.server.embedder
-            self._send(200, {"status": "ok", "model": emb.model_id, "dim": emb.dim})
+            self._send(200, {"status": "ok", "model": emb.model_id, "dim": emb.dim, **self.server.counters()})
         else:
             self._send(404, {"error": f"no route GET {self.path}"})
 
@@ -125,7 +191,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         emb = self.server.embedder
         try:
-            vectors = emb.embed(texts)
+            vectors = self.server.embed(texts)
         except EmbeddingError as exc:
             self._send(500, {"error": str(exc)})
             return
@@ -158,6 +224,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--path", default="/embed")
     ap.add_argument("--max-texts", type=int, default=1024)
     ap.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    ap.add_argument(
+        "--precomputed",
+        default=None,
+        help="an .npz (texts, vectors, model) of this model's vectors: known texts are answered from it",
+    )
     args = ap.parse_args(argv)
     try:
         embedder = load_local_embedder(args.model)  # ignores MEMSTREAM_EMBEDDING_URL: this *is* the server
@@ -165,14 +236,30 @@ def main(argv: list[str] | None = None) -> None:
         print(f"embed_server: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     embedder.embed(["warm-up"])
-    server = EmbedServer(embedder, args.host, args.port, path=args.path, max_texts=args.max_texts, verbose=args.verbose)
+    table = None
+    if args.precomputed:
+        try:
+            table = load_precomputed(args.precomputed, embedder.model_id)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"embed_server: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+    server = EmbedServer(
+        embedder,
+        args.host,
+        args.port,
+        path=args.path,
+        max_texts=args.max_texts,
+        verbose=args.verbose,
+        precomputed=table,
+    )
 
     def _stop(signum: int, frame: object) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    print(f"listening on {server.url} model={embedder.model_id} dim={embedder.dim}", flush=True)
+    extra = f" precomputed={len(table)}" if table is not None else ""
+    print(f"listening on {server.url} model={embedder.model_id} dim={embedder.dim}{extra}", flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -657,6 +657,8 @@ def _decide_switch(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: 
         )
     payload = {"model": cmd.model, "previous": st.model}
     return _accept(cmd, ctx, ("embedding.switched", payload))
+
+
 def _decide_associations(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
     """Judge a declaration (streams/associations.py). One event carries all of it, resolved;
     a call that changes nothing (only dropped or repeated items) is audited as skipped, with
