@@ -107,6 +107,15 @@ class DeclareStanding(Command):
     note: str | None = Field(default=None, max_length=4000)
 
 
+class VerifyMemory(Command):
+    """The caller re-checked a memory against its source and it still holds (seed 002's
+    ``last_verified_at``): freshness counts from here. Changes no content."""
+
+    name: ClassVar[str] = "verify_memory"
+    memory_id: int
+    note: str | None = Field(default=None, max_length=4000)
+
+
 class ReembedMemory(Command):
     name: ClassVar[str] = "reembed_memory"
     memory_id: int
@@ -127,4 +136,5 @@ AnyCommand = (
     | SetRecallPrecision
     | DeclareStanding
     | ReembedMemory
+    | VerifyMemory
 )

@@ -528,6 +528,14 @@ def _decide_reembed(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx:
     return _accept(cmd, ctx, ("memory.reembedded", payload))
 
 
+def _decide_verify(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    # A locked memory may be verified: verifying asserts the content still holds, it edits nothing.
+    found = _live_memory(st, cmd, ctx, cmd.memory_id)
+    if isinstance(found, Decision):
+        return found
+    return _accept(cmd, ctx, ("memory.verified", {"id": cmd.memory_id, "note": cmd.note}))
+
+
 _DECIDERS: dict[type, Any] = {
     c.StoreMemory: _decide_store,
     c.UpdateMemory: _decide_update,
@@ -541,6 +549,7 @@ _DECIDERS: dict[type, Any] = {
     c.SetRecallPrecision: _decide_precision,
     c.DeclareStanding: _decide_standing,
     c.ReembedMemory: _decide_reembed,
+    c.VerifyMemory: _decide_verify,
 }
 
 

@@ -25,6 +25,7 @@ EventType = Literal[
     "memory.locked",
     "memory.unlocked",
     "memory.reembedded",
+    "memory.verified",
     "episode.archived",
     "episode.deleted",
     "profile.updated",

@@ -1,3 +1,3 @@
 """Every tool memstream serves. Importing this package registers them all."""
 
-from memstream.api.tools import reads, recall, writes  # noqa: F401
+from memstream.api.tools import context, reads, recall, standings, writes  # noqa: F401
