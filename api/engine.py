@@ -24,7 +24,9 @@ from memstream.projections.history import HistoryProjection
 from memstream.projections.lexical import LexicalProjection
 from memstream.projections.precision import PrecisionProjection
 from memstream.projections.records import EpisodesProjection, MemoriesProjection, ProfilesProjection
+from memstream.projections.standings import StandingsProjection
 from memstream.projections.vectors import VectorProjection
+from memstream.projections.versions import VersionsProjection
 from memstream.streams.commands import Command
 from memstream.streams.decision import Limits
 from memstream.streams.embedded_bus import EmbeddedCommandBus
@@ -62,7 +64,13 @@ def read_models(snapshots: SnapshotStore | None = None) -> list[Any]:
         VectorProjection(blobs=snapshots),
         LexicalProjection(),
         AssociationsProjection(),
+        StandingsProjection(),
+        VersionsProjection(),
     ]
+
+
+# A provider of "these refs are superseded by those": (agent_id, refs) -> {ref: [newer refs]}.
+SupersededProvider = Callable[[str, Sequence[str]], Mapping[str, Sequence[str]]]
 
 
 class Engine:
@@ -130,9 +138,27 @@ class Engine:
     def lexical(self) -> LexicalProjection:
         return self.runner.projections[6]  # type: ignore[return-value]
 
+    def _named(self, name: str) -> Any:
+        """A read model by name: later additions are found without depending on list positions."""
+        return next(p for p in self.runner.projections if p.name == name)
+
+    @property
+    def standings(self) -> StandingsProjection:
+        return self._named("standings")  # type: ignore[no-any-return]
+
+    @property
+    def versions(self) -> VersionsProjection:
+        return self._named("versions")  # type: ignore[no-any-return]
+
+    def superseded_providers(self) -> list[SupersededProvider]:
+        """Every source of "this record is superseded by that one" a packet consults
+        (``api.context.packet.superseded_refs`` merges them). Today: newer versions under the
+        same msg_id, and declared ``X supersedes Y`` relations."""
+        return [self.versions.superseded_by, self.associations.superseded_by]
+
     @property
     def associations(self) -> AssociationsProjection:
-        return self.runner.projections[7]  # type: ignore[return-value]
+        return self._named("associations")  # type: ignore[no-any-return]
 
     @property
     def embedder(self) -> Embedder:

@@ -54,9 +54,14 @@ def caller_of(request: Request) -> Caller:
     return Caller(client_id=client[:256], session_id=(request.headers.get("x-session-id") or "")[:256])
 
 
+# Routes outside /v1/tools that serve one tool each, under the path its source names
+# (seed 002's ``POST /context/packet``; the token-budgeted package beside it).
+TOOL_ROUTES = {"/context/packet": "context_packet", "/context/package": "context_package"}
+
+
 async def call_tool(request: Request) -> Response:
     """``POST /v1/tools/{name}``: the body is the tool's arguments, handed to ``run_tool``."""
-    name = request.path_params["name"]
+    name = request.path_params.get("name") or TOOL_ROUTES[request.url.path]
     raw = await request.body()
     try:
         args = orjson.loads(raw) if raw.strip() else {}
@@ -70,14 +75,14 @@ async def call_tool(request: Request) -> Response:
     return json_response(body, 200 if code is None else STATUS.get(code, 400))
 
 
-def _document_tool(app: FastAPI, tool: Tool) -> None:
+def _document_tool(app: FastAPI, tool: Tool, path: str | None = None) -> None:
     """The tool's entry in the OpenAPI document. Requests are served by ``call_tool`` (a plain
     Starlette route placed first): FastAPI's per-request machinery is not on the hot path."""
     app.add_api_route(
-        f"/v1/tools/{tool.name}",
+        path or f"/v1/tools/{tool.name}",
         call_tool,
         methods=["POST"],
-        name=tool.name,
+        name=f"{tool.name} ({path})" if path else tool.name,
         summary=tool.description.split("\n", 1)[0][:120],
         description=tool.description,
         tags=["admin" if tool.admin else "writes" if tool.writes else "reads"],
@@ -135,6 +140,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp
     app.router.routes.insert(0, Route("/v1/tools/{name}", call_tool, methods=["POST"], include_in_schema=False))
     for tool in sorted(REGISTRY.values(), key=lambda t: t.name):
         _document_tool(app, tool)
+    for path, name in TOOL_ROUTES.items():
+        app.router.routes.insert(0, Route(path, call_tool, methods=["POST"], include_in_schema=False))
+        _document_tool(app, REGISTRY[name], path)
 
     @app.get("/health", tags=["reads"])
     async def health(request: Request) -> Response:

@@ -28,16 +28,10 @@ class View:
         self.engine = engine
         self.settings = engine.settings
         self.stop = stop
-        (
-            self.memories,
-            self.episodes,
-            self.profiles,
-            self.history,
-            self.precision,
-            self.vectors,
-            self.lexical,
-        ) = runner.projections[:7]
-        self.associations = runner.projections[7]
+        # Each read model under its own name (memories, episodes, ..., standings, versions), so a
+        # read model added to ``read_models()`` is served "as of" without touching this class.
+        for p in runner.projections:
+            setattr(self, p.name, p)
 
     async def read(self, query: Callable[[], T]) -> T:
         return query()

@@ -62,6 +62,19 @@ class Settings(BaseModel):
     recall_preview_chars: int = Field(default=500, ge=0)
     recall_excerpt_chars: int = Field(default=800, ge=0)
 
+    # -- context packages, know/miss packets, standings (docs/context-packets.md) ----------
+    # A memory not verified (written, or re-checked with verify_memory) within this window is stale.
+    stale_after_s: float = Field(default=30 * 86_400, gt=0)
+    # A scope holding fewer memories than this answers a packet with ``miss: sparse``.
+    packet_min_pool: int = Field(default=3, ge=0)
+    # The token budget of a context package when the call names none, and one summary line's cap.
+    context_max_tokens: int = Field(default=2_000, ge=16)
+    context_line_tokens: int = Field(default=48, ge=4)
+    # check_contingent: carriers kept per value (more: the value is not judged), and memories
+    # scanned when no refs are given (more: nothing is judged).
+    contingent_max_carriers: int = Field(default=50, ge=1)
+    contingent_max_scan: int = Field(default=100_000, ge=1)
+
     @property
     def log_path(self) -> Path:
         return self.data_dir / "log.sqlite3"
@@ -103,6 +116,12 @@ _ENV = {
     "recall_precision": "MEMSTREAM_RECALL_PRECISION",
     "recall_preview_chars": "MEMSTREAM_RECALL_PREVIEW_CHARS",
     "recall_excerpt_chars": "MEMSTREAM_RECALL_EXCERPT_CHARS",
+    "stale_after_s": "MEMSTREAM_STALE_AFTER_SECONDS",
+    "packet_min_pool": "MEMSTREAM_PACKET_MIN_POOL",
+    "context_max_tokens": "MEMSTREAM_CONTEXT_MAX_TOKENS",
+    "context_line_tokens": "MEMSTREAM_CONTEXT_LINE_TOKENS",
+    "contingent_max_carriers": "MEMSTREAM_CONTINGENT_MAX_CARRIERS",
+    "contingent_max_scan": "MEMSTREAM_CONTINGENT_MAX_SCAN",
 }
 
 

@@ -232,6 +232,25 @@ class AssociationsProjection:
 
     # -- snapshot -------------------------------------------------------------------------------
 
+    def superseded_by(self, agent_id: str, refs: Iterable[str]) -> dict[str, list[str]]:
+        """For each of ``refs`` that a declared ``X supersedes ref`` relation names as the old
+        one, the refs that supersede it (seed 002: a superseded memory must be refreshed, not
+        answered from). Scope filtering is the caller's, as for every superseded provider."""
+        g = self.graph(agent_id)
+        out: dict[str, list[str]] = {}
+        if g is None:
+            return out
+        for ref in refs:
+            newer: list[str] = []
+            for rid in sorted(g.by_record.get(ref, ())):
+                r = g.relations[rid]
+                newer_ref = _ref(r.subject)
+                if r.predicate.casefold() == "supersedes" and _ref(r.object) == ref and newer_ref not in (None, ref):
+                    newer.append(str(newer_ref))
+            if newer:
+                out[ref] = newer
+        return out
+
     def to_snapshot(self) -> dict[str, Any]:
         """Canonical: equal graphs give byte-equal snapshots (everything sorted)."""
         out: dict[str, Any] = {}

@@ -107,6 +107,15 @@ class DeclareStanding(Command):
     note: str | None = Field(default=None, max_length=4000)
 
 
+class VerifyMemory(Command):
+    """The caller re-checked a memory against its source and it still holds (seed 002's
+    ``last_verified_at``): freshness counts from here. Changes no content."""
+
+    name: ClassVar[str] = "verify_memory"
+    memory_id: int
+    note: str | None = Field(default=None, max_length=4000)
+
+
 class ReembedMemory(Command):
     """A vector of another model for a live record, added beside its current one: recall keeps
     using the current model until ``SwitchEmbedding`` moves the agent over."""
@@ -152,4 +161,5 @@ AnyCommand = (
     | ReembedMemory
     | SwitchEmbedding
     | DeclareAssociations
+    | VerifyMemory
 )

@@ -687,6 +687,14 @@ def _skip_quiet(cmd: c.Command, ctx: DecideContext, report: dict[str, Any]) -> D
     return Decision(out, audit=_audit(cmd, ctx, out))
 
 
+def _decide_verify(state: DecisionState, st: AgentDecisionState, cmd: Any, ctx: DecideContext) -> Decision:
+    # A locked memory may be verified: verifying asserts the content still holds, it edits nothing.
+    found = _live_memory(st, cmd, ctx, cmd.memory_id)
+    if isinstance(found, Decision):
+        return found
+    return _accept(cmd, ctx, ("memory.verified", {"id": cmd.memory_id, "note": cmd.note}))
+
+
 _DECIDERS: dict[type, Any] = {
     c.StoreMemory: _decide_store,
     c.UpdateMemory: _decide_update,
@@ -702,6 +710,7 @@ _DECIDERS: dict[type, Any] = {
     c.ReembedMemory: _decide_reembed,
     c.SwitchEmbedding: _decide_switch,
     c.DeclareAssociations: _decide_associations,
+    c.VerifyMemory: _decide_verify,
 }
 
 

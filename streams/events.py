@@ -26,6 +26,7 @@ EventType = Literal[
     "memory.unlocked",
     "memory.reembedded",
     "embedding.switched",
+    "memory.verified",
     "episode.archived",
     "episode.deleted",
     "profile.updated",

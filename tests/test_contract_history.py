@@ -130,7 +130,8 @@ async def test_h2_cli_rebuild_reports_equal_digests_without_an_embedder(settings
     report = orjson.loads(text[text.index("{") :])
     assert report["equal"] is True and report["events"] > 0
     assert set(report["projections"]) == {
-        "memories", "episodes", "profiles", "history", "precision", "vectors", "lexical", "associations", "decision"
+        "memories", "episodes", "profiles", "history", "precision", "vectors", "lexical", "associations",
+        "standings", "versions", "decision",
     }  # fmt: skip
 
 

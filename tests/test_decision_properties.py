@@ -58,6 +58,8 @@ def _cmd(kind: str, scope: Scope, content: str, msg_id: str | None, ident: int, 
         return c.UpdateProfile(content=content, **base)
     if kind == "standing":
         return c.DeclareStanding(ref=f"mem:{ident}", standing="noise", **base)
+    if kind == "verify":
+        return c.VerifyMemory(memory_id=ident, **base)
     return c.DeleteAgentData(**base)
 
 
@@ -68,6 +70,7 @@ command_specs = st.lists(
             + ["update", "delete", "lock", "unlock", "episode", "delete_episode", "profile", "standing", "wipe"]
             + ["reembed"] * 3
             + ["switch"]
+            + ["verify"]
         ),
         scopes,
         contents,

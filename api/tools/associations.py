@@ -419,6 +419,11 @@ def assemble(engine: Any, settings: Any, req: RecallRequest, vec: Any, model: st
             if row is not None:
                 extra.append((row, w))
         item, head, others = core.structure([evidence[i] for i in members], why, extra, links, plan.max_evidence)
+        for claim in item.get("claims", ()):
+            # S3: a claim shows its record's current standing, only when one was declared.
+            standing = engine.standings.standing_of(claim["ref"])
+            if standing is not None:
+                claim["standing"] = standing
         excerpts = [{"ref": r.ref, **_excerpt(r.content)} for r in others]
         entries.append((item, core.quote(head.content, QUOTE_CHARS), excerpts))
 

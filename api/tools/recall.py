@@ -111,6 +111,10 @@ def _message(engine: Any, ref: str, args: RecallArgs) -> dict[str, Any] | None:
         msg = {"content": text, "ref": ref, "source": {"System": "episode"}, "timestamp": e.start_time or e.created_at}
     if not args.full_content and settings.recall_preview_chars and len(text) > settings.recall_preview_chars:
         msg.update(_preview(text, args.query, settings.recall_preview_chars, settings.recall_excerpt_chars))
+    # S3: the current standing, only when one was declared (undeclared rows are unchanged).
+    standing = engine.standings.standing_of(ref)
+    if standing is not None:
+        msg["standing"] = standing
     return msg
 
 

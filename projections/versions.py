@@ -1,0 +1,135 @@
+"""Versions and verification: which content of a message is current, and when it was last
+checked (seed 002's ``superseded`` and ``stale``).
+
+What "version" means in memstream. A memory's content changes only through ``update_memory``;
+each ``memory.stored`` / ``memory.updated`` event writes a new *version* of that memory (1 at
+store, +1 per update), and a read always shows the newest. A repeated store under a known
+msg_id is skipped (W2, W4), so one msg_id holds several live memories only when it was
+stored in a project bucket first and later in the global pool (or in another project): a
+project store sees the global pool's msg_ids, but the global pool does not see a project's.
+Those memories are versions of one message; among the ones whose buckets see each other (same
+project, or one of them in the global pool), the one whose content was written last — the
+highest log offset of a stored/updated event — is current and supersedes the others.
+
+What "verified" means. A memory counts as verified when its content was written (the writer
+asserted it then) and again whenever ``verify_memory`` says it was re-checked against its
+source; ``last_verified_at`` is the latest of those. Whether that is stale is a question of
+the reader's clock and window, answered in ``api/context``, not here: the fold stays a pure
+function of the log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class VersionRow:
+    ref: str
+    agent_id: str
+    project_id: str
+    msg_id: str | None
+    version: int  # 1 at store (or archive), +1 per content update
+    written_at: str  # when the current version's content was written
+    written_offset: int  # the log offset that wrote it: versions are ordered by this
+    verified_at: str | None = None  # the last explicit verify_memory, if any
+    verified_offset: int = -1
+
+    @property
+    def last_verified_at(self) -> str:
+        """The later of writing and the last explicit verification (offsets order them)."""
+        if self.verified_at is not None and self.verified_offset > self.written_offset:
+            return self.verified_at
+        return self.written_at
+
+
+def buckets_meet(a: str, b: str) -> bool:
+    """Whether two project buckets see each other: the same project, or one is the global pool."""
+    return a == b or a == "" or b == ""
+
+
+@dataclass
+class VersionsProjection:
+    name: str = "versions"
+    offset: int = -1
+    rows: dict[str, VersionRow] = field(default_factory=dict)
+    # (agent, msg_id) -> the live memory refs stored under it.
+    by_msg: dict[tuple[str, str], dict[str, None]] = field(default_factory=dict)
+
+    def apply(self, offset: int, ev: dict[str, Any]) -> None:
+        t = ev["type"]
+        p = ev["payload"]
+        if t == "memory.stored" or t == "episode.archived":
+            s = ev["scope"]
+            ref = f"{'mem' if t == 'memory.stored' else 'ep'}:{p['id']}"
+            msg_id = p.get("msg_id") if t == "memory.stored" else None
+            self.rows[ref] = VersionRow(ref, s["agent_id"], s["project_id"], msg_id, 1, ev["occurred_at"], offset)
+            if msg_id is not None:
+                self.by_msg.setdefault((s["agent_id"], msg_id), {})[ref] = None
+        elif t == "memory.updated":
+            row = self.rows.get(f"mem:{p['id']}")
+            if row is not None:
+                row.version += 1
+                row.written_at = ev["occurred_at"]
+                row.written_offset = offset
+        elif t == "memory.verified":
+            row = self.rows.get(f"mem:{p['id']}")
+            if row is not None:
+                row.verified_at = ev["occurred_at"]
+                row.verified_offset = offset
+        elif t == "memory.deleted":
+            self._drop(f"mem:{p['id']}")
+        elif t == "episode.deleted":
+            self._drop(f"ep:{p['id']}")
+        elif t == "agent_data.deleted":
+            for mid in p["memory_ids"]:
+                self._drop(f"mem:{mid}")
+            for eid in p["episode_ids"]:
+                self._drop(f"ep:{eid}")
+
+    def _drop(self, ref: str) -> None:
+        row = self.rows.pop(ref, None)
+        if row is None or row.msg_id is None:
+            return
+        key = (row.agent_id, row.msg_id)
+        group = self.by_msg.get(key)
+        if group is not None:
+            group.pop(ref, None)
+            if not group:
+                del self.by_msg[key]
+
+    def of(self, ref: str) -> VersionRow | None:
+        return self.rows.get(ref)
+
+    def superseded_by(self, agent_id: str, refs: Any) -> dict[str, list[str]]:
+        """For each of ``refs`` that a newer version of the same message supersedes, the refs
+        that supersede it, newest first. Refs of another agent, gone, or current are absent."""
+        out: dict[str, list[str]] = {}
+        for ref in refs:
+            row = self.rows.get(ref)
+            if row is None or row.msg_id is None or row.agent_id != agent_id:
+                continue
+            newer = [
+                other
+                for other in (self.rows[r] for r in self.by_msg.get((agent_id, row.msg_id), {}))
+                if other.written_offset > row.written_offset and buckets_meet(other.project_id, row.project_id)
+            ]
+            if newer:
+                newer.sort(key=lambda r: -r.written_offset)
+                out[ref] = [r.ref for r in newer]
+        return out
+
+    def to_snapshot(self) -> dict[str, Any]:
+        return {"rows": [asdict(r) for _, r in sorted(self.rows.items())]}
+
+    def load_snapshot(self, body: dict[str, Any]) -> None:
+        # ``by_msg`` is an index, not state: its order never matters (``superseded_by`` orders
+        # by offset), so it is rebuilt rather than stored.
+        self.rows.clear()
+        self.by_msg.clear()
+        for raw in body["rows"]:
+            row = VersionRow(**raw)
+            self.rows[row.ref] = row
+            if row.msg_id is not None:
+                self.by_msg.setdefault((row.agent_id, row.msg_id), {})[row.ref] = None
