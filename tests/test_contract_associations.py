@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memstream.api.tools.associations import count_tokens
+from memstream.api.tools.associations import json_tokens
 
 pytestmark = pytest.mark.asyncio
 
@@ -333,7 +333,7 @@ async def test_a5_shape_shortfalls_and_budgets(face: Any) -> None:
     # A token cap: the returned JSON, counted by the shipped WordPiece tokenizer.
     lite = await face.call("reconstruct", {"agent_id": "alice", "query": "billing service invoices", "mode": "lite"})
     assert lite["cap"] == 3000 and lite["mode"] == "lite"
-    assert lite["used_tokens"] == count_tokens({k: v for k, v in lite.items() if k != "used_tokens"})
+    assert lite["used_tokens"] == json_tokens({k: v for k, v in lite.items() if k != "used_tokens"})
     assert lite["used_tokens"] <= 3000
     refused = await face.call("reconstruct", {"agent_id": "alice", "query": "tea", "mode": "pro", "lite": True})
     assert refused["ok"] is False and refused["items"] == []

@@ -19,6 +19,7 @@ from pydantic import Field, StrictInt, StrictStr
 from memstream.api.engine import mark_failure
 from memstream.api.recall.pipeline import RecallRequest, row_of, run_recall
 from memstream.api.reconstruct import core
+from memstream.api.tokens import count_tokens
 from memstream.api.tools.common import Flag, Name, SessionKey, WriteArgs, envelope
 from memstream.api.tools.reads import AS_OF_HELP, AsOf, state_at
 from memstream.api.tools.recall import _time_bounds
@@ -225,12 +226,9 @@ def _fail(error: str) -> dict[str, Any]:
     return {"ok": False, "error": error, "items": [], "returned_count": 0}
 
 
-def count_tokens(value: Any) -> int:
-    """Tokens of a JSON value as the shipped WordPiece tokenizer counts them (offline, the same
-    vocabulary the embedder uses), without [CLS]/[SEP]."""
-    from memstream.streams.embedding.onnx_backend import bert_uncased_tokenizer
-
-    return len(bert_uncased_tokenizer().encode(orjson.dumps(value).decode())) - 2
+def json_tokens(value: Any) -> int:
+    """Tokens of a JSON value, counted as every budget is (``api/tokens``)."""
+    return count_tokens(orjson.dumps(value).decode())
 
 
 def _row(engine: Any, ref: str, rank: int) -> core.Row | None:
@@ -389,7 +387,7 @@ def assemble(engine: Any, settings: Any, req: RecallRequest, vec: Any, model: st
         if plan.mode:
             out["mode"] = plan.mode
             out["cap"] = MODE_CAPS[plan.mode]
-            out["used_tokens"] = count_tokens(out)
+            out["used_tokens"] = json_tokens(out)
         return out
 
     if plan.count == 0:
