@@ -20,9 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from memstream.streams.commands import Command
-from memstream.streams.decision import DecideContext, DecisionState, Limits, Outcome, decide
-from memstream.streams.events import AuditRecord, decode, new_id
-from memstream.streams.log import Committed, partition_for
+from memstream.streams.decide_step import NewAudit, NewEvent, decide_and_fold
+from memstream.streams.decision import DecisionState, Limits
+from memstream.streams.events import AuditRecord, decode
+from memstream.streams.log import Committed
 from memstream.streams.runner import bulk_fold
 from memstream.streams.snapshots import SnapshotStore
 from memstream.streams.sqlite_log import SqliteLog
@@ -204,23 +205,23 @@ class EmbeddedCommandBus:
         try:
             catch_up_decision_state(self.log, state, conn)
             results: list[Committed | BaseException] = []
-            events: list[tuple[int, int, str, str, bytes, bytes | None]] = []
-            audits: list[tuple[int, int, str, str, int, bytes]] = []
+            events: list[NewEvent] = []
+            audits: list[NewAudit] = []
             for item in items:
                 try:
-                    results.append(self._decide_one(state, item, events, audits))
+                    results.append(decide_and_fold(state, item, self.limits, events, audits))
                 except Exception as exc:  # a bug in one decider must not sink the batch
                     log.exception("decider failed")
                     results.append(exc)
             if events:
                 conn.executemany(
                     'INSERT INTO events("offset", partition, agent, type, value, vector) VALUES (?,?,?,?,?,?)',
-                    events,
+                    [(e.offset, e.partition, e.agent, e.type, e.value, e.vector) for e in events],
                 )
             if audits:
                 conn.executemany(
                     'INSERT INTO audit("offset", partition, agent, kind, after_event, value) VALUES (?,?,?,?,?,?)',
-                    audits,
+                    [(a.offset, a.partition, a.agent, a.kind, a.after_event, a.value) for a in audits],
                 )
             conn.execute("COMMIT")
         except BaseException as exc:
@@ -233,39 +234,6 @@ class EmbeddedCommandBus:
         if self.snapshots is not None and self._since_snapshot >= self.snapshot_every:
             self._save_snapshot()
         return results
-
-    def _decide_one(
-        self,
-        state: DecisionState,
-        item: Command | AuditRecord,
-        events: list[tuple[int, int, str, str, bytes, bytes | None]],
-        audits: list[tuple[int, int, str, str, int, bytes]],
-    ) -> Committed:
-        agent = item.scope.agent_id
-        partition = partition_for(agent, state.num_partitions)
-        if isinstance(item, AuditRecord):
-            self._append_audit(state, item, partition, audits)
-            return Committed(outcome=Outcome.from_dict(item.outcome))
-        decision = decide(state, item, DecideContext(partition, self.limits, new_id))
-        last: int | None = None
-        for ev in decision.events:
-            value = ev.encode()
-            offset = state.event_offset + 1
-            state.apply_event(offset, decode(value))
-            events.append((offset, partition, agent, ev.type, value, ev.vector))
-            last = offset
-        if decision.audit is not None:
-            self._append_audit(state, decision.audit, partition, audits)
-        return Committed(decision.outcome, last)
-
-    @staticmethod
-    def _append_audit(
-        state: DecisionState, record: AuditRecord, partition: int, audits: list[tuple[int, int, str, str, int, bytes]]
-    ) -> None:
-        value = record.encode()
-        offset = state.audit_offset + 1
-        state.apply_audit(offset, decode(value))
-        audits.append((offset, partition, record.scope.agent_id, record.kind, state.event_offset, value))
 
     def _save_snapshot(self) -> None:
         assert self.state is not None and self.snapshots is not None
