@@ -185,6 +185,43 @@ def reembed(data_dir: Path | None, model: str, agents: tuple[str, ...], batch: i
         sys.exit(1)
 
 
+def kafka_options(command: Any) -> Any:
+    """The options naming a Kafka deployment (each also read from its MEMSTREAM_KAFKA_* variable)."""
+    options = [
+        click.option("--kafka", "bootstrap", envvar="MEMSTREAM_KAFKA_BOOTSTRAP", required=True, help="host:port,..."),
+        click.option("--prefix", envvar="MEMSTREAM_KAFKA_PREFIX", default="memstream", show_default=True),
+        click.option("--partitions", envvar="MEMSTREAM_KAFKA_PARTITIONS", default=16, type=click.IntRange(1, 10_000)),
+        click.option("--replication", envvar="MEMSTREAM_KAFKA_REPLICATION", default=1, type=click.IntRange(1, 16)),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def kafka_config(bootstrap: str, prefix: str, partitions: int, replication: int) -> Any:
+    from memstream.streams.kafka_log import KafkaConfig
+
+    return KafkaConfig(bootstrap=bootstrap, prefix=prefix, partitions=partitions, replication=replication)
+
+
+@main.command()
+@kafka_options
+@click.option("--session-timeout", default=10.0, show_default=True, help="Seconds before a silent worker is replaced.")
+def worker(bootstrap: str, prefix: str, partitions: int, replication: int, session_timeout: float) -> None:
+    """Run a decider worker (faust) for Kafka mode; start several to share the partitions."""
+    from memstream.streams.kafka_log import KafkaLogError
+    from memstream.streams.kafka_worker import run_worker
+
+    try:
+        run_worker(
+            kafka_config(bootstrap, prefix, partitions, replication),
+            loglevel=logging.getLevelName(logging.getLogger().level),
+            session_timeout_s=session_timeout,
+        )
+    except KafkaLogError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @main.command()
 @data_dir_option
 @click.option("--from", "start", type=int, default=None, help="First offset (default: the last 10 events).")

@@ -23,7 +23,7 @@ from memstream.streams.commands import Command
 from memstream.streams.decide_step import NewAudit, NewEvent, decide_and_fold
 from memstream.streams.decision import DecisionState, Limits
 from memstream.streams.events import AuditRecord, decode
-from memstream.streams.log import Committed
+from memstream.streams.log import Committed, LogUnavailable
 from memstream.streams.runner import bulk_fold
 from memstream.streams.snapshots import SnapshotStore
 from memstream.streams.sqlite_log import SqliteLog
@@ -32,10 +32,6 @@ log = logging.getLogger(__name__)
 
 DECISION_SNAPSHOT = "decision"
 MAX_BATCH = 512
-
-
-class LogUnavailable(Exception):
-    """The log could not take the write (disk full, I/O error). Nothing was appended."""
 
 
 @dataclass(slots=True)

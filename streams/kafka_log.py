@@ -11,6 +11,8 @@ agent's commands are decided:
   trail that expires is not one.
 - ``<prefix>.commands``: commands on their way to the decider of their partition. Transient
   (7 days by default): once decided, a command lives on as its events or its audit record.
+- ``<prefix>.replies``: each decision's outcome, sent to the partition the submitting API
+  process reads (one per process, chosen by its instance id). Transient (1 day).
 
 A record is keyed by its agent id; its value is the event's JSON (``Event.encode``); its
 headers carry the event type (so readers can filter without parsing) and, for events with an
@@ -29,17 +31,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from memstream.streams.log import LogRecord, partition_for
 
-WEEK_MS: Final = 7 * 24 * 3600 * 1000
+DAY_MS: Final = 24 * 3600 * 1000
+WEEK_MS: Final = 7 * DAY_MS
 
 
 class KafkaLogError(RuntimeError):
@@ -55,6 +58,7 @@ class KafkaConfig:
     replication: int = 1
     min_insync_replicas: int | None = None
     commands_retention_ms: int = WEEK_MS
+    replies_retention_ms: int = DAY_MS
     request_timeout_ms: int = 30_000
     client_id: str = "memstream"
 
@@ -70,13 +74,23 @@ class KafkaConfig:
     def commands_topic(self) -> str:
         return f"{self.prefix}.commands"
 
+    @property
+    def replies_topic(self) -> str:
+        return f"{self.prefix}.replies"
+
     def topic_configs(self) -> dict[str, dict[str, str]]:
         """Per topic, the configs memstream sets at creation and checks afterwards."""
         durable = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
         if self.min_insync_replicas is not None:
             durable["min.insync.replicas"] = str(self.min_insync_replicas)
-        transient = {**durable, "retention.ms": str(self.commands_retention_ms)}
-        return {self.events_topic: durable, self.audit_topic: durable, self.commands_topic: transient}
+        commands = {**durable, "retention.ms": str(self.commands_retention_ms)}
+        replies = {**durable, "retention.ms": str(self.replies_retention_ms)}
+        return {
+            self.events_topic: durable,
+            self.audit_topic: durable,
+            self.commands_topic: commands,
+            self.replies_topic: replies,
+        }
 
 
 @dataclass(slots=True)
@@ -161,6 +175,16 @@ class Appended:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """A record to send: the partition is always explicit (see the module docstring)."""
+
+    partition: int
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
 class KafkaLog:
     """Append to and read from memstream's topics. One producer per process; readers use a
     consumer without a group (assigned partitions, explicit seeks), so reading from any offset
@@ -172,6 +196,10 @@ class KafkaLog:
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._read_lock = asyncio.Lock()
+
+    @property
+    def started(self) -> bool:
+        return self._producer is not None
 
     async def start(self) -> None:
         self._producer = AIOKafkaProducer(
@@ -209,30 +237,30 @@ class KafkaLog:
     def partition_of(self, agent_id: str) -> int:
         return partition_for(agent_id, self.num_partitions)
 
+    async def send(self, topic: str, records: Sequence[OutRecord]) -> list[Appended]:
+        """Send records in order; returns where each landed once every one is acknowledged by
+        all in-sync replicas."""
+        if self._producer is None:
+            raise KafkaLogError("KafkaLog.start() was not called")
+        futures = [
+            await self._producer.send(topic, value=r.value, key=r.key, partition=r.partition, headers=r.headers)
+            for r in records
+        ]
+        metas = await asyncio.gather(*futures)
+        return [Appended(m.partition, m.offset) for m in metas]
+
     async def append(
         self, records: Sequence[tuple[str, str, bytes, bytes | None]], *, topic: str | None = None
     ) -> list[Appended]:
-        """Append ``(agent_id, type, value, vector)`` records; returns where each landed, in
-        order. Returns once every record is acknowledged by all in-sync replicas."""
-        if self._producer is None:
-            raise KafkaLogError("KafkaLog.start() was not called")
-        name = topic or self.cfg.events_topic
-        futures = []
+        """Append ``(agent_id, type, value, vector)`` records to the agents' partitions."""
+        out = []
         for agent_id, type_, value, vector in records:
             headers = [("type", type_.encode())]
             if vector is not None:
                 headers.append(("vector", vector))
-            futures.append(
-                await self._producer.send(
-                    name,
-                    value=value,
-                    key=agent_id.encode("utf-8", "surrogatepass"),
-                    partition=self.partition_of(agent_id),
-                    headers=headers,
-                )
-            )
-        metas = await asyncio.gather(*futures)
-        return [Appended(m.partition, m.offset) for m in metas]
+            key = agent_id.encode("utf-8", "surrogatepass")
+            out.append(OutRecord(self.partition_of(agent_id), key, value, headers))
+        return await self.send(topic or self.cfg.events_topic, out)
 
     async def end_offsets(self, *, topic: str | None = None) -> dict[int, int]:
         """Per partition, the offset the next record will get."""
@@ -256,12 +284,42 @@ class KafkaLog:
     ) -> list[LogRecord]:
         """Records of one partition with ``start <= offset < stop`` (stop: the end now), in
         offset order, at most ``limit`` after filtering by agent and type."""
-        consumer = self._need_consumer()
-        name = topic or self.cfg.events_topic
-        tp = TopicPartition(name, partition)
         wanted_types = {t.encode() for t in types} if types is not None else None
         key = agent_id.encode("utf-8", "surrogatepass") if agent_id is not None else None
-        out: list[LogRecord] = []
+
+        def keep(rec: ConsumerRecord[bytes, bytes]) -> bool:
+            if key is not None and rec.key != key:
+                return False
+            return wanted_types is None or dict(rec.headers).get("type") in wanted_types
+
+        out = []
+        for rec in await self.read_records(topic or self.cfg.events_topic, partition, start, stop, keep, limit):
+            headers = dict(rec.headers)
+            out.append(
+                LogRecord(
+                    rec.offset,
+                    rec.partition,
+                    (rec.key or b"").decode("utf-8", "surrogatepass"),
+                    headers.get("type", b"").decode(),
+                    rec.value or b"",
+                    headers.get("vector") if vectors else None,
+                )
+            )
+        return out
+
+    async def read_records(
+        self,
+        topic: str,
+        partition: int,
+        start: int = 0,
+        stop: int | None = None,
+        keep: Callable[[ConsumerRecord[bytes, bytes]], bool] | None = None,
+        limit: int = 10_000,
+    ) -> list[ConsumerRecord[bytes, bytes]]:
+        """Raw records (with all their headers) of one partition, ``start <= offset < stop``."""
+        consumer = self._need_consumer()
+        tp = TopicPartition(topic, partition)
+        out: list[ConsumerRecord[bytes, bytes]] = []
         async with self._read_lock:  # one consumer, one assignment at a time
             end = (await consumer.end_offsets([tp]))[tp]
             stop = end if stop is None else min(stop, end)
@@ -269,36 +327,27 @@ class KafkaLog:
                 return out
             consumer.assign([tp])
             consumer.seek(tp, start)
-            pos = start
-            while pos < stop and len(out) < limit:
+            while len(out) < limit:
                 batch = await consumer.getmany(tp, timeout_ms=1000, max_records=min(limit, 5000))
                 records = batch.get(tp, [])
                 if not records:
                     if await consumer.position(tp) >= stop:
                         break
                     continue
+                done = False
                 for rec in records:
-                    pos = rec.offset + 1
                     if rec.offset >= stop:
-                        pos = stop
+                        done = True
                         break
-                    headers = dict(rec.headers)
-                    if wanted_types is not None and headers.get("type") not in wanted_types:
-                        continue
-                    if key is not None and rec.key != key:
-                        continue
-                    out.append(
-                        LogRecord(
-                            rec.offset,
-                            rec.partition,
-                            (rec.key or b"").decode("utf-8", "surrogatepass"),
-                            headers.get("type", b"").decode(),
-                            rec.value or b"",
-                            headers.get("vector") if vectors else None,
-                        )
-                    )
-                    if len(out) >= limit:
+                    if keep is None or keep(rec):
+                        out.append(rec)
+                        if len(out) >= limit:
+                            break
+                    if rec.offset == stop - 1:
+                        done = True
                         break
+                if done:
+                    break
         return out
 
     def _need_consumer(self) -> AIOKafkaConsumer:

@@ -19,6 +19,11 @@ from memstream.streams.decision import Outcome
 from memstream.streams.events import AuditRecord
 
 
+class LogUnavailable(Exception):
+    """The log could not take the write (disk full, I/O error, no decider answering). Nothing
+    was appended, or (for a timed-out Kafka command) it is unknown: retry with the same command id."""
+
+
 @dataclass(frozen=True, slots=True)
 class LogRecord:
     offset: int

@@ -9,9 +9,9 @@ from pydantic import ValidationError
 
 from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED
 from memstream.api.tools.registry import REGISTRY, Caller
-from memstream.streams.embedded_bus import LogUnavailable
 from memstream.streams.embedding import EmbeddingError
 from memstream.streams.events import Actor, AuditRecord, Scope, new_id, utcnow
+from memstream.streams.log import LogUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,182 @@
+"""The decider on Kafka: per partition, the same decide-and-fold step as the embedded bus.
+
+A worker holds the decision state of each partition of the commands topic it is assigned. The
+state is folded from that partition's events and audit records (merged in decision order by
+the ``after_event`` header) when the partition's first command arrives after an assignment, so
+whatever a previous owner appended is seen before anything is decided. Then, per batch:
+
+1. decide every command in arrival order, folding its events into the state at once (the next
+   command of the batch sees them) with the offsets they will get: this decider is the only
+   writer of its partition of the events and audit topics;
+2. append the events and audit records (idempotent producer, ``acks=all``) and check that
+   they landed at exactly those offsets;
+3. only then reply to each submitter.
+
+A failed append, or records landing elsewhere than expected (another writer: a zombie owner
+after a rebalance), drops the partition's state, so the next command folds it afresh from the
+topics; the commands of the failed batch get no reply and are decided again when redelivered.
+Delivery is at least once: a command redelivered after a crash (its offset was not committed)
+is recognised by its command id in the folded state and answered with its first outcome,
+appending nothing (W9). That is what makes a decision exactly-once in effect without Kafka
+transactions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memstream.streams.commands import Command
+from memstream.streams.decide_step import NewAudit, NewEvent, decide_and_fold
+from memstream.streams.decision import DecisionState, Limits
+from memstream.streams.events import AuditRecord, decode
+from memstream.streams.kafka_codec import CodecError, decode_item, encode_reply
+from memstream.streams.kafka_log import KafkaLog, KafkaLogError, OutRecord
+from memstream.streams.log import Committed
+
+log = logging.getLogger(__name__)
+
+RESTORE_CHUNK = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One record of the commands topic, as the consumer delivered it."""
+
+    partition: int
+    offset: int
+    value: bytes
+    headers: Any
+
+
+async def fold_partition(kafka: KafkaLog, partition: int) -> DecisionState:
+    """The decision state of one partition, folded from its events and audit records."""
+    cfg = kafka.cfg
+    state = DecisionState(cfg.partitions)
+    audits = []
+    start = 0
+    while True:
+        chunk = await kafka.read_records(cfg.audit_topic, partition, start, limit=RESTORE_CHUNK)
+        for rec in chunk:
+            after = int(dict(rec.headers).get("after_event", b"-1"))
+            audits.append((rec.offset, after, rec.value or b""))
+        if len(chunk) < RESTORE_CHUNK:
+            break
+        start = chunk[-1].offset + 1
+    i = 0
+    start = 0
+    while True:
+        events = await kafka.read(partition, start, limit=RESTORE_CHUNK, vectors=False)
+        for ev in events:
+            while i < len(audits) and audits[i][1] < ev.offset:
+                state.apply_audit(audits[i][0], decode(audits[i][2]))
+                i += 1
+            state.apply_event(ev.offset, decode(ev.value))
+        if len(events) < RESTORE_CHUNK:
+            break
+        start = events[-1].offset + 1
+    for offset, _, value in audits[i:]:
+        state.apply_audit(offset, decode(value))
+    return state
+
+
+class KafkaDecider:
+    """Decides the commands of the partitions its worker holds (see the module docstring)."""
+
+    def __init__(self, kafka: KafkaLog, limits: Limits | None = None) -> None:
+        self.kafka = kafka
+        self.limits = limits or Limits()
+        self.states: dict[int, DecisionState] = {}
+        self.decided = 0
+
+    def forget(self, partitions: Iterable[int]) -> None:
+        """Partitions assigned or revoked: their state is folded afresh at their next command."""
+        for p in partitions:
+            self.states.pop(p, None)
+
+    async def handle(self, batch: Sequence[Incoming]) -> None:
+        if not self.kafka.started:
+            await self.kafka.start()  # the worker's first batch: connect its producer and reader
+        by_partition: dict[int, list[Incoming]] = {}
+        for msg in batch:
+            by_partition.setdefault(msg.partition, []).append(msg)
+        for partition, msgs in sorted(by_partition.items()):
+            await self._handle_partition(partition, msgs)
+
+    async def _handle_partition(self, partition: int, msgs: list[Incoming]) -> None:
+        state = self.states.get(partition)
+        if state is None:
+            state = self.states[partition] = await fold_partition(self.kafka, partition)
+        items: list[tuple[Command | AuditRecord, int | None]] = []
+        for msg in msgs:
+            try:
+                items.append(decode_item(msg.value, msg.headers))
+            except CodecError as exc:
+                # Written by a newer or broken producer: skipping it is the only way forward,
+                # and it never became an event; say so loudly.
+                log.error("commands partition %d offset %d skipped: %s", partition, msg.offset, exc)
+        events: list[NewEvent] = []
+        audits: list[NewAudit] = []
+        replies: list[tuple[int, str, Committed]] = []
+        try:
+            for item, reply_to in items:
+                try:
+                    committed = decide_and_fold(state, item, self.limits, events, audits)
+                except Exception:  # a bug in one decider must not sink the batch
+                    log.exception("decider failed on %s", type(item).__name__)
+                    continue
+                if reply_to is not None:
+                    replies.append((reply_to, item.command_id, committed))
+            await self._append(partition, events, audits)
+        except BaseException:
+            self.states.pop(partition, None)  # folded ahead of the log: fold afresh next time
+            raise
+        self.decided += len(items)
+        if replies:
+            await self.kafka.send(
+                self.kafka.cfg.replies_topic,
+                [OutRecord(r, cid.encode(), encode_reply(cid, out), []) for r, cid, out in replies],
+            )
+
+    async def _append(self, partition: int, events: list[NewEvent], audits: list[NewAudit]) -> None:
+        cfg = self.kafka.cfg
+        if events:
+            landed = await self.kafka.send(
+                cfg.events_topic,
+                [
+                    OutRecord(
+                        e.partition,
+                        e.agent.encode("utf-8", "surrogatepass"),
+                        e.value,
+                        [("type", e.type.encode())] + ([("vector", e.vector)] if e.vector is not None else []),
+                    )
+                    for e in events
+                ],
+            )
+            _check_landed("events", partition, [e.offset for e in events], landed)
+        if audits:
+            landed = await self.kafka.send(
+                cfg.audit_topic,
+                [
+                    OutRecord(
+                        a.partition,
+                        a.agent.encode("utf-8", "surrogatepass"),
+                        a.value,
+                        [("type", a.kind.encode()), ("after_event", str(a.after_event).encode())],
+                    )
+                    for a in audits
+                ],
+            )
+            _check_landed("audit", partition, [a.offset for a in audits], landed)
+
+
+def _check_landed(what: str, partition: int, expected: list[int], landed: Sequence[Any]) -> None:
+    got = [(a.partition, a.offset) for a in landed]
+    want = [(partition, o) for o in expected]
+    if got != want:
+        raise KafkaLogError(
+            f"{what} records of partition {partition} landed at {got[:3]}… instead of {want[:3]}…: another writer "
+            "appended to this partition (a previous owner still running?); the state is folded again"
+        )

@@ -1,0 +1,83 @@
+"""``memstream worker``: a faust-streaming worker running the decider as a faust agent.
+
+Workers of one deployment form one consumer group on the commands topic and split its
+partitions; faust rebalances them when a worker joins, leaves or dies (after the session
+timeout). The agent takes commands in small batches (group commit: one round of acks for many
+commands) and hands them to ``KafkaDecider``. Faust's own exactly-once mode is not used
+(``processing_guarantee`` stays at-least-once): idempotence comes from command ids folded into
+the decision state, which survives any crash because it is the log's own fold.
+
+A failure the decider cannot recover from by itself (the cluster unreachable for longer than
+the producer's timeout) propagates out of the agent and stops the worker, so its partitions
+move to a healthy one and the uncommitted commands are decided there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import faust
+
+from memstream.streams.decision import Limits
+from memstream.streams.kafka_decider import Incoming, KafkaDecider
+from memstream.streams.kafka_log import KafkaConfig, KafkaLog, ensure_topics
+
+log = logging.getLogger(__name__)
+
+BATCH = 256  # commands per round of acks
+BATCH_WAIT_S = 0.002  # how long a batch waits to fill: bounds the latency group commit adds
+
+
+def create_app(
+    cfg: KafkaConfig,
+    *,
+    limits: Limits | None = None,
+    session_timeout_s: float = 10.0,
+    heartbeat_s: float = 1.0,
+) -> tuple[faust.App, KafkaDecider]:
+    """The faust app of a decider worker and the decider it drives."""
+    app = faust.App(
+        f"{cfg.prefix}-deciders",
+        broker=f"kafka://{cfg.bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        topic_replication_factor=cfg.replication,
+        topic_partitions=cfg.partitions,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=session_timeout_s,
+        broker_heartbeat_interval=heartbeat_s,
+        processing_guarantee="at_least_once",
+    )
+    kafka = KafkaLog(cfg)
+    decider = KafkaDecider(kafka, limits)
+    commands = app.topic(
+        cfg.commands_topic, key_serializer="raw", value_serializer="raw", partitions=cfg.partitions, internal=False
+    )
+
+    @app.on_partitions_revoked.connect
+    async def revoked(_app: Any, revoked: Any, **_: Any) -> None:
+        decider.forget(tp.partition for tp in revoked if tp.topic == cfg.commands_topic)
+
+    @app.on_partitions_assigned.connect
+    async def assigned(_app: Any, assigned: Any, **_: Any) -> None:
+        decider.forget(tp.partition for tp in assigned if tp.topic == cfg.commands_topic)
+
+    @app.agent(commands)
+    async def decide(stream: Any) -> None:
+        async for batch in stream.take_events(BATCH, within=BATCH_WAIT_S):
+            await decider.handle(
+                [Incoming(e.message.partition, e.message.offset, e.message.value, e.message.headers) for e in batch]
+            )
+
+    return app, decider
+
+
+def run_worker(
+    cfg: KafkaConfig, *, limits: Limits | None = None, loglevel: str = "WARNING", session_timeout_s: float = 10.0
+) -> None:
+    """Create the topics if needed, then run a decider worker until SIGTERM/SIGINT (blocks)."""
+    asyncio.run(ensure_topics(cfg))
+    app, _ = create_app(cfg, limits=limits, session_timeout_s=session_timeout_s, heartbeat_s=session_timeout_s / 10)
+    faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()

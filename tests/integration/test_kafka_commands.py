@@ -1,0 +1,244 @@
+"""The Kafka command path against a real broker and real `memstream worker` processes: decisions
+match the embedded bus's rules, racing writers never both land (W3), a retried command id gets
+its first answer and appends nothing (W9), and a worker killed with SIGKILL mid-stream loses no
+acknowledged write and applies none twice once its partitions have moved."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from integration.broker import BOOTSTRAP, TEST_REPLICATION, require_broker
+from memstream.streams import commands as c
+from memstream.streams.events import Actor, AuditRecord, Embedding, Scope, decode, new_id
+from memstream.streams.kafka_bus import KafkaCommandBus
+from memstream.streams.kafka_log import KafkaConfig, KafkaLog
+from memstream.streams.log import LogUnavailable
+
+pytestmark = [pytest.mark.kafka]
+
+PARTITIONS = 3
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+async def cfg() -> AsyncIterator[KafkaConfig]:
+    await require_broker()
+    config = KafkaConfig(
+        bootstrap=BOOTSTRAP,
+        prefix=f"memstream-it-{uuid.uuid4().hex[:10]}",
+        partitions=PARTITIONS,
+        replication=TEST_REPLICATION,
+    )
+    yield config
+    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    await admin.start()
+    try:
+        present = set(await admin.list_topics())
+        doomed = [t for t in present if t.startswith(config.prefix)]
+        if doomed:
+            await admin.delete_topics(doomed)
+    finally:
+        await admin.close()
+
+
+class Workers:
+    """`memstream worker` subprocesses on the test's topics; all stopped at the end."""
+
+    def __init__(self, cfg: KafkaConfig) -> None:
+        self.cfg = cfg
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> subprocess.Popen[bytes]:
+        args = [
+            sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "worker",
+            "--kafka", self.cfg.bootstrap, "--prefix", self.cfg.prefix,
+            "--partitions", str(self.cfg.partitions), "--replication", str(self.cfg.replication),
+            "--session-timeout", "6",
+        ]  # fmt: skip
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def workers(cfg: KafkaConfig) -> Iterator[Workers]:
+    w = Workers(cfg)
+    try:
+        yield w
+    finally:
+        w.stop()
+
+
+def env(agent: str, command_id: str | None = None) -> dict[str, Any]:
+    return {
+        "command_id": command_id or new_id(),
+        "scope": Scope(agent_id=agent),
+        "actor": Actor(client_id="it"),
+        "received_at": T0,
+    }
+
+
+def store(agent: str, content: str, msg_id: str | None = None, command_id: str | None = None) -> c.StoreMemory:
+    vec = Embedding.from_vector("m", np.array([1.0, float(len(content))], np.float32))
+    return c.StoreMemory(content=content, msg_id=msg_id, embedding=vec, **env(agent, command_id))
+
+
+async def all_events(cfg: KafkaConfig) -> list[dict[str, Any]]:
+    kafka = KafkaLog(cfg)
+    await kafka.start()
+    try:
+        out = []
+        for p in range(cfg.partitions):
+            out.extend(decode(r.value) for r in await kafka.read(p, 0, limit=1_000_000, vectors=False))
+        return out
+    finally:
+        await kafka.close()
+
+
+async def started_bus(cfg: KafkaConfig, timeout_s: float = 60.0) -> KafkaCommandBus:
+    bus = KafkaCommandBus(cfg, reply_timeout_s=timeout_s)
+    await bus.start()
+    return bus
+
+
+async def test_decisions_over_kafka_follow_the_rules(cfg: KafkaConfig, workers: Workers) -> None:
+    workers.start()
+    bus = await started_bus(cfg)
+    try:
+        async with asyncio.timeout(120):
+            first = await bus.submit(store("alice", "green tea in the morning", msg_id="m1", command_id="c1"))
+            assert first.outcome.result == "applied" and first.outcome.id is not None
+            assert first.offset is not None
+            # W1: the same msg_id is skipped with the existing id
+            dup = await bus.submit(store("alice", "something else", msg_id="m1"))
+            assert (dup.outcome.result, dup.outcome.id) == ("skipped", first.outcome.id)
+            # W9: a retried command id gets its first answer back and appends nothing
+            again = await bus.submit(store("alice", "green tea in the morning", msg_id="m1", command_id="c1"))
+            assert again.outcome == first.outcome
+            # a refusal by the decider (not found) is audited and answered
+            missing = await bus.submit(c.DeleteMemory(memory_id=999_999, **env("alice")))
+            assert (missing.outcome.result, missing.outcome.error) == ("rejected", "not_found")
+            # a refusal decided by the API process travels the same path into the audit topic
+            refusal = AuditRecord(
+                id=new_id(),
+                kind="refused",
+                command="store",
+                command_id="bad-input-1",
+                scope=Scope(agent_id="bob"),
+                actor=Actor(client_id="it"),
+                occurred_at=T0,
+                outcome={"result": "rejected", "reason": "content is empty", "error": "invalid"},
+            )
+            await bus.record_refusal(refusal)
+            # ids are allocated per partition exactly as the embedded log does
+            bob = store("bob", "printer paper jam")
+            other = await bus.submit(bob)
+            assert other.outcome.result == "applied"
+            events = await all_events(cfg)
+            assert sorted(e["command_id"] for e in events if e["type"] == "memory.stored") == sorted(
+                ["c1", bob.command_id]
+            )
+    finally:
+        await bus.close()
+
+
+async def test_racing_writers_in_two_api_processes_never_both_land(cfg: KafkaConfig, workers: Workers) -> None:
+    workers.start()
+    buses = [await started_bus(cfg), await started_bus(cfg)]
+    try:
+        async with asyncio.timeout(120):
+            await buses[0].submit(store("warmup", "the workers are up"))
+            racers = [
+                bus.submit(store("shared", f"writer {i} version of message {k}", msg_id=f"msg-{k}"))
+                for k in range(10)
+                for i, bus in enumerate(buses * 4)
+            ]
+            answers = await asyncio.gather(*racers)
+        by_msg: dict[int, list[Any]] = {}
+        for n, a in enumerate(answers):
+            by_msg.setdefault(n // 8, []).append(a.outcome)
+        for outcomes in by_msg.values():
+            applied = [o for o in outcomes if o.result == "applied"]
+            assert len(applied) == 1, outcomes
+            assert {o.id for o in outcomes} == {applied[0].id}
+        stored = [e for e in await all_events(cfg) if e["type"] == "memory.stored"]
+        assert len(stored) == 11
+    finally:
+        for bus in buses:
+            await bus.close()
+
+
+async def test_a_worker_killed_mid_stream_loses_and_duplicates_nothing(cfg: KafkaConfig, workers: Workers) -> None:
+    first = workers.start()
+    workers.start()
+    bus = await started_bus(cfg, timeout_s=10)
+    acknowledged: dict[str, int] = {}
+    agents = [f"agent-{i}" for i in range(9)]  # spread over all partitions
+
+    async def writer(n: int) -> None:
+        for i in range(40):
+            cmd = store(agents[(n + i) % len(agents)], f"writer {n} note {i}")
+            for _ in range(12):  # retried with the same command id until a decider answers
+                try:
+                    out = await bus.submit(cmd)
+                except LogUnavailable:
+                    continue
+                assert out.outcome.result == "applied", out.outcome
+                acknowledged[cmd.command_id] = out.outcome.id  # type: ignore[assignment]
+                break
+            else:
+                pytest.fail(f"command {cmd.command_id} never answered")
+
+    try:
+        async with asyncio.timeout(300):
+            await bus.submit(store("warmup", "both workers are up"))
+            tasks = [asyncio.create_task(writer(n)) for n in range(4)]
+            while len(acknowledged) < 40:
+                await asyncio.sleep(0.05)
+            first.send_signal(signal.SIGKILL)  # mid-stream: writes keep coming
+            first.wait(timeout=30)
+            await asyncio.gather(*tasks)
+        events = [e for e in await all_events(cfg) if e["type"] == "memory.stored"]
+        by_command = Counter(e["command_id"] for e in events)
+        assert not [cid for cid, n in by_command.items() if n > 1], "a command was applied twice"
+        assert set(acknowledged) <= set(by_command), "an acknowledged write is missing"
+        assert len(acknowledged) == 160
+        ids = {e["command_id"]: e["payload"]["id"] for e in events}
+        assert all(ids[cid] == mid for cid, mid in acknowledged.items())
+    finally:
+        await bus.close()
+
+
+def test_worker_without_a_broker_fails_clearly() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "memstream.api.cli", "worker", "--kafka", "127.0.0.1:1", "--prefix", "x"],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.returncode != 0
+    assert b"no Kafka cluster answers at 127.0.0.1:1" in proc.stderr
