@@ -11,12 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-import numpy as np
-
+from memstream.api.embedders import Embedders
 from memstream.api.point_in_time import PointInTime, View
 from memstream.api.settings import Settings
 from memstream.projections.associations import AssociationsProjection
@@ -30,7 +28,7 @@ from memstream.projections.versions import VersionsProjection
 from memstream.streams.commands import Command
 from memstream.streams.decision import Limits
 from memstream.streams.embedded_bus import EmbeddedCommandBus
-from memstream.streams.embedding import Embedder, EmbeddingError, load_embedder, load_local_embedder
+from memstream.streams.embedding import Embedder
 from memstream.streams.events import AuditRecord, Embedding, decode
 from memstream.streams.log import Committed
 from memstream.streams.runner import ProjectionRunner
@@ -100,10 +98,8 @@ class Engine:
         self.runner = ProjectionRunner(
             self.log, read_models(self.snapshots), self.snapshots, checkpoint_every=settings.snapshot_every
         )
-        self._embedder = embedder
-        self._embedders: dict[str, Embedder] = dict(embedders or {})
+        self.embedders = Embedders(settings, embedder, embedders)
         self.point_in_time = PointInTime(self, lambda: read_models(None))
-        self._embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")
         self._read_lock = asyncio.Lock()
         self.jobs: dict[str, Any] = {}  # background admin jobs by kind (see api/tools/admin.py)
         self._started = False
@@ -162,9 +158,7 @@ class Engine:
 
     @property
     def embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = load_embedder(url=self.settings.embedding_url, name=self.settings.embedder)
-        return self._embedder
+        return self.embedders.default
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -191,7 +185,7 @@ class Engine:
             self.runner.checkpoint()
         except OSError as exc:
             log.warning("could not checkpoint projections on close: %s", exc)
-        self._embed_pool.shutdown(wait=False)
+        self.embedders.close()
         self.log.close()
 
     # -- writes -----------------------------------------------------------------------------
@@ -207,22 +201,7 @@ class Engine:
         await self.bus.record_refusal(record)
 
     def embedder_for(self, model: str | None) -> Embedder:
-        """The embedder producing vectors of ``model`` (None: the configured one).
-
-        An agent's vectors are all of one model (the decider refuses others), and a re-embed
-        can move an agent to a model this server is not configured with: its stores and queries
-        must still be embedded with that agent's model, or they would match nothing."""
-        base = self.embedder
-        if model is None or model == base.model_id:
-            return base
-        emb = self._embedders.get(model)
-        if emb is None:
-            try:
-                emb = load_local_embedder(model)
-            except EmbeddingError as exc:
-                raise EmbeddingError(f"this agent's vectors are of model {model!r}, not loadable here: {exc}") from exc
-            self._embedders[model] = emb
-        return emb
+        return self.embedders.embedder_for(model)
 
     def agent_model(self, agent_id: str) -> str | None:
         """The model of an agent's vectors, as of the log's end.
@@ -241,20 +220,13 @@ class Engine:
     async def embed(
         self, texts: Sequence[str], *, agent_id: str | None = None, model: str | None = None
     ) -> list[Embedding | None]:
-        """Embeddings for texts, computed off the event loop and tagged with the model: the
-        agent's model when ``agent_id`` is given (see ``embedder_for``), else ``model``, else
-        the configured one.
-
-        With ``MEMSTREAM_EMBEDDER=none`` nothing is embedded (as CPersona's embedding mode
-        ``none``): memories are stored without vectors and found lexically only."""
-        if self.settings.embedder == "none" and self._embedder is None:
-            return [None] * len(texts)
-        if agent_id is not None and model is None:
+        """Embeddings for texts, tagged with the model: the agent's model when ``agent_id`` is
+        given (see ``Embedders.embedder_for``), else ``model``, else the configured one. With
+        ``MEMSTREAM_EMBEDDER=none`` nothing is embedded (as CPersona's embedding mode ``none``):
+        memories are stored without vectors and found lexically only."""
+        if agent_id is not None and model is None and self.embedders.enabled:
             model = self.agent_model(agent_id)
-        loop = asyncio.get_running_loop()
-        emb = self.embedder_for(model)
-        vectors: np.ndarray = await loop.run_in_executor(self._embed_pool, emb.embed, list(texts))
-        return [Embedding.from_vector(emb.model_id, v) for v in vectors]
+        return await self.embedders.embed(texts, model)
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import faust
@@ -30,14 +31,24 @@ BATCH = 256  # commands per round of acks
 BATCH_WAIT_S = 0.002  # how long a batch waits to fill: bounds the latency group commit adds
 
 
+# Called with the partition numbers a worker gains or loses (the same numbers of every topic:
+# commands, events and audit are co-partitioned by agent).
+PartitionsHook = Callable[[set[int]], Awaitable[None]]
+
+
 def create_app(
     cfg: KafkaConfig,
     *,
     limits: Limits | None = None,
     session_timeout_s: float = 10.0,
     heartbeat_s: float = 1.0,
+    on_assigned: PartitionsHook | None = None,
+    on_revoked: PartitionsHook | None = None,
+    tasks: Sequence[Callable[[], Awaitable[None]]] = (),
 ) -> tuple[faust.App, KafkaDecider]:
-    """The faust app of a decider worker and the decider it drives."""
+    """The faust app of a worker and the decider it drives. ``on_assigned`` / ``on_revoked``
+    let the worker's read side follow the partitions the group gives it; ``tasks`` run for the
+    worker's lifetime (its query server)."""
     app = faust.App(
         f"{cfg.prefix}-deciders",
         broker=f"kafka://{cfg.bootstrap}",
@@ -58,11 +69,20 @@ def create_app(
 
     @app.on_partitions_revoked.connect
     async def revoked(_app: Any, revoked: Any, **_: Any) -> None:
-        decider.forget(tp.partition for tp in revoked if tp.topic == cfg.commands_topic)
+        parts = {tp.partition for tp in revoked if tp.topic == cfg.commands_topic}
+        decider.forget(parts)
+        if on_revoked is not None and parts:
+            await on_revoked(parts)
 
     @app.on_partitions_assigned.connect
     async def assigned(_app: Any, assigned: Any, **_: Any) -> None:
-        decider.forget(tp.partition for tp in assigned if tp.topic == cfg.commands_topic)
+        parts = {tp.partition for tp in assigned if tp.topic == cfg.commands_topic}
+        decider.forget(parts)
+        if on_assigned is not None:
+            await on_assigned(parts)
+
+    for task in tasks:
+        app.task(task)
 
     @app.agent(commands)
     async def decide(stream: Any) -> None:
