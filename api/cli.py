@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,29 @@ data_dir_option = click.option(
 )
 
 
+def kafka_options(*, required: bool) -> Callable[[Any], Any]:
+    """The options naming a Kafka deployment (each also read from its MEMSTREAM_KAFKA_* variable)."""
+    options = [
+        click.option("--kafka", "bootstrap", envvar="MEMSTREAM_KAFKA_BOOTSTRAP", required=required, help="host:port"),
+        click.option("--prefix", envvar="MEMSTREAM_KAFKA_PREFIX", default="memstream", show_default=True),
+        click.option("--partitions", envvar="MEMSTREAM_KAFKA_PARTITIONS", default=16, type=click.IntRange(1, 10_000)),
+        click.option("--replication", envvar="MEMSTREAM_KAFKA_REPLICATION", default=1, type=click.IntRange(1, 16)),
+    ]
+
+    def apply(command: Any) -> Any:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+def kafka_config(bootstrap: str, prefix: str, partitions: int, replication: int) -> Any:
+    from memstream.streams.kafka_log import KafkaConfig
+
+    return KafkaConfig(bootstrap=bootstrap, prefix=prefix, partitions=partitions, replication=replication)
+
+
 @click.group()
 @click.option("--log-level", default="INFO", show_default=True, help="Python logging level.")
 def main(log_level: str) -> None:
@@ -50,17 +74,27 @@ def main(log_level: str) -> None:
 @data_dir_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
 @click.option("--port", default=8765, show_default=True, type=int)
-def serve(data_dir: Path | None, host: str, port: int) -> None:
-    """Serve the HTTP API and MCP (streamable HTTP, at /mcp) on the embedded log."""
+@kafka_options(required=False)
+def serve(
+    data_dir: Path | None, host: str, port: int, bootstrap: str | None, prefix: str, partitions: int, replication: int
+) -> None:
+    """Serve the HTTP API and MCP (streamable HTTP, at /mcp) on the embedded log; with --kafka,
+    the HTTP API of a Kafka deployment (calls routed to the `memstream worker` owning each agent)."""
     import uvicorn
 
     from memstream.api.http_app import create_app
 
-    settings = _settings(data_dir)
     if host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("memstream").warning(
             "NETWORK-EXPOSED: binding %s; anyone who can reach this port can read and write memories", host
         )
+    if bootstrap:
+        from memstream.api.kafka_router import router_app
+
+        cfg = kafka_config(bootstrap, prefix, partitions, replication)
+        uvicorn.run(router_app(cfg), host=host, port=port, log_level="warning", access_log=False)
+        return
+    settings = _settings(data_dir)
     app = create_app(settings)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
 
@@ -185,36 +219,27 @@ def reembed(data_dir: Path | None, model: str, agents: tuple[str, ...], batch: i
         sys.exit(1)
 
 
-def kafka_options(command: Any) -> Any:
-    """The options naming a Kafka deployment (each also read from its MEMSTREAM_KAFKA_* variable)."""
-    options = [
-        click.option("--kafka", "bootstrap", envvar="MEMSTREAM_KAFKA_BOOTSTRAP", required=True, help="host:port,..."),
-        click.option("--prefix", envvar="MEMSTREAM_KAFKA_PREFIX", default="memstream", show_default=True),
-        click.option("--partitions", envvar="MEMSTREAM_KAFKA_PARTITIONS", default=16, type=click.IntRange(1, 10_000)),
-        click.option("--replication", envvar="MEMSTREAM_KAFKA_REPLICATION", default=1, type=click.IntRange(1, 16)),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def kafka_config(bootstrap: str, prefix: str, partitions: int, replication: int) -> Any:
-    from memstream.streams.kafka_log import KafkaConfig
-
-    return KafkaConfig(bootstrap=bootstrap, prefix=prefix, partitions=partitions, replication=replication)
-
-
 @main.command()
-@kafka_options
+@kafka_options(required=True)
 @click.option("--session-timeout", default=10.0, show_default=True, help="Seconds before a silent worker is replaced.")
-def worker(bootstrap: str, prefix: str, partitions: int, replication: int, session_timeout: float) -> None:
-    """Run a decider worker (faust) for Kafka mode; start several to share the partitions."""
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface of the worker's query server.")
+@click.option("--port", default=0, show_default=True, type=int, help="Port of the query server (0: any free one).")
+def worker(
+    bootstrap: str, prefix: str, partitions: int, replication: int, session_timeout: float, host: str, port: int
+) -> None:
+    """Run a Kafka-mode worker: decider (faust) + read models + query server for its partitions.
+
+    Start several: they split the partitions, and `memstream serve --kafka` routes each call to
+    the worker that owns its agent."""
+    from memstream.api.kafka_node import run_node
     from memstream.streams.kafka_log import KafkaLogError
-    from memstream.streams.kafka_worker import run_worker
 
     try:
-        run_worker(
+        run_node(
             kafka_config(bootstrap, prefix, partitions, replication),
+            _settings(None),
+            host=host,
+            port=port,
             loglevel=logging.getLevelName(logging.getLogger().level),
             session_timeout_s=session_timeout,
         )

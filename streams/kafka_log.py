@@ -13,6 +13,8 @@ agent's commands are decided:
   (7 days by default): once decided, a command lives on as its events or its audit record.
 - ``<prefix>.replies``: each decision's outcome, sent to the partition the submitting API
   process reads (one per process, chosen by its instance id). Transient (1 day).
+- ``<prefix>.owners``: which worker answers queries for each partition, at which URL
+  (compacted: the latest announcement per partition).
 
 A record is keyed by its agent id; its value is the event's JSON (``Event.encode``); its
 headers carry the event type (so readers can filter without parsing) and, for events with an
@@ -78,6 +80,10 @@ class KafkaConfig:
     def replies_topic(self) -> str:
         return f"{self.prefix}.replies"
 
+    @property
+    def owners_topic(self) -> str:
+        return f"{self.prefix}.owners"
+
     def topic_configs(self) -> dict[str, dict[str, str]]:
         """Per topic, the configs memstream sets at creation and checks afterwards."""
         durable = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
@@ -90,6 +96,8 @@ class KafkaConfig:
             self.audit_topic: durable,
             self.commands_topic: commands,
             self.replies_topic: replies,
+            # which worker answers for each partition, and where (the latest record per key)
+            self.owners_topic: {**durable, "cleanup.policy": "compact"},
         }
 
 

@@ -1,0 +1,352 @@
+"""A Kafka-mode worker node: the decider (a faust agent) plus the read side of its partitions.
+
+The consumer group gives a worker some partitions of the commands topic; because every topic
+is partitioned by agent with the same count, partition ``p`` of the events topic holds exactly
+the agents whose commands the worker decides. For each such partition the node keeps the full
+set of read models (``read_models()``, as the embedded engine does), folded from the events
+topic from offset 0 by one tailing consumer, and answers every tool call for those agents over
+HTTP with the same tool code as the embedded server (``NodeEngine`` gives it the engine's
+surface over one partition). Writes a node receives go through its own ``KafkaCommandBus``:
+the command lands on the commands topic and is decided by whichever worker owns the partition
+(normally this one).
+
+The read models are not a faust agent: a faust agent resumes from its group's committed
+offset, while in-memory read models must fold from the beginning (there are no checkpoints
+on the workers yet), so the node tails the events topic with its own consumer and follows the
+group's assignment through the worker's rebalance hooks.
+
+Each node announces which partitions it owns, and at which URL, on the compacted owners topic;
+API processes (``api/kafka_router.py``) route each call by its agent to the owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
+from memstream.api.embedders import Embedders
+from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED, read_models
+from memstream.api.settings import Settings
+from memstream.api.tools.dispatch import failure, run_tool
+from memstream.api.tools.registry import Caller
+from memstream.api.tools.sanitize import InputError
+from memstream.streams.commands import Command
+from memstream.streams.decision import Limits
+from memstream.streams.embedding import Embedder
+from memstream.streams.events import AuditRecord, Embedding, decode
+from memstream.streams.kafka_bus import KafkaCommandBus
+from memstream.streams.kafka_log import KafkaConfig, KafkaLog, OutRecord
+from memstream.streams.log import Committed, partition_for
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Tools that read the log itself (history, audit, health, point-in-time), which the node does
+# not have as a local file: answered with a clear refusal until the Kafka reads land.
+NOT_IN_KAFKA_MODE = frozenset({"history", "audit_log", "check_health", "reembed", "reembed_status"})
+CATCH_UP_DEADLINE_S = 30.0
+
+
+class PartitionModels:
+    """The read models of one partition and how far they have folded."""
+
+    def __init__(self, partition: int, end_at_start: int) -> None:
+        self.partition = partition
+        self.projections = read_models(None)
+        self.offset = -1  # last event applied
+        self.target = end_at_start - 1  # reads wait for at least this (the end when assigned)
+        self.lock = asyncio.Lock()
+        self.advanced = asyncio.Event()
+
+    def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
+        ev = decode(value)
+        if vector is not None:
+            ev["vector"] = vector
+        for p in self.projections:
+            p.apply(offset, ev)
+            p.offset = offset
+        self.offset = offset
+
+    async def caught_up(self, offset: int, deadline_s: float = CATCH_UP_DEADLINE_S) -> None:
+        """Wait until the models include ``offset`` (a write acknowledged earlier)."""
+        end = time.monotonic() + deadline_s
+        while self.offset < offset:
+            self.advanced.clear()
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"partition {self.partition}: read models at {self.offset}, waited for {offset}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.advanced.wait(), left)
+
+
+class NodeEngine:
+    """The engine surface the tools use, over one partition's read models (see module doc)."""
+
+    def __init__(self, node: Node, models: PartitionModels) -> None:
+        self.node = node
+        self.models = models
+        self.settings = node.settings
+        self.embedders = node.embedders
+        self.jobs: dict[str, Any] = {}
+        for p in models.projections:
+            setattr(self, p.name, p)
+        self.log = _PartitionEnd(models)
+
+    async def read(self, query: Callable[[], T]) -> T:
+        await self.models.caught_up(max(self.models.target, self.node.acked.get(self.models.partition, -1)))
+        async with self.models.lock:
+            return query()
+
+    async def at(self, as_of: int | str | None) -> Any:
+        if as_of is None:
+            return self
+        raise InputError("as_of is not available in Kafka mode yet")
+
+    async def submit(self, command: Command) -> Committed:
+        committed = await self.node.bus.submit(command)
+        if committed.offset is not None:
+            p = partition_for(command.scope.agent_id, self.node.cfg.partitions)
+            self.node.acked[p] = max(self.node.acked.get(p, -1), committed.offset)
+        if committed.outcome.result == "rejected":
+            REFUSAL_AUDITED.set(True)
+            FAILURE_CODE.set(committed.outcome.error or "invalid")
+        return committed
+
+    async def refuse(self, record: AuditRecord) -> None:
+        await self.node.bus.record_refusal(record)
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.embedders.default
+
+    def embedder_for(self, model: str | None) -> Embedder:
+        return self.embedders.embedder_for(model)
+
+    async def embed(
+        self, texts: Sequence[str], *, agent_id: str | None = None, model: str | None = None
+    ) -> list[Embedding | None]:
+        if agent_id is not None and model is None and self.embedders.enabled:
+            model = await self.read(lambda: self.vectors.model_of(agent_id))  # type: ignore[attr-defined]
+        return await self.embedders.embed(texts, model)
+
+    def superseded_providers(self) -> list[Any]:
+        return [self.versions.superseded_by, self.associations.superseded_by]  # type: ignore[attr-defined]
+
+
+class _PartitionEnd:
+    """The part of the log API tools use for seeds: how far this partition's models reach."""
+
+    def __init__(self, models: PartitionModels) -> None:
+        self.models = models
+
+    def end_offset(self) -> int:
+        return self.models.offset + 1
+
+
+class Node:
+    def __init__(
+        self,
+        cfg: KafkaConfig,
+        settings: Settings,
+        *,
+        url: str,
+        embedder: Embedder | None = None,
+        embedders: dict[str, Embedder] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.settings = settings
+        self.url = url
+        self.node_id = uuid.uuid4().hex[:12]
+        self.embedders = Embedders(settings, embedder, embedders)
+        self.bus = KafkaCommandBus(cfg, instance_id=f"node-{self.node_id}")
+        self.announcer = KafkaLog(cfg)
+        self.models: dict[int, PartitionModels] = {}
+        self.acked: dict[int, int] = {}  # partition -> highest event offset this node had acknowledged
+        self.generation = 0
+        self._consumer: AIOKafkaConsumer | None = None
+        self._tail: asyncio.Task[None] | None = None
+        self._started = False
+        self._wake = asyncio.Event()
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        await self.bus.start()
+        await self.announcer.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.cfg.bootstrap,
+            client_id=f"memstream-node-{self.node_id}",
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=100,
+        )
+        await self._consumer.start()
+        self._tail = asyncio.create_task(self._run_tail(), name="memstream-node-tail")
+
+    async def close(self) -> None:
+        if self._tail is not None:
+            self._tail.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tail
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()
+        await self.bus.close()
+        await self.announcer.close()
+        self.embedders.close()
+
+    # -- following the group's assignment ---------------------------------------------------
+
+    async def assigned(self, partitions: set[int]) -> None:
+        """The worker's full assignment after a rebalance: keep what stays, fold what is new."""
+        await self.start()
+        assert self._consumer is not None
+        self.generation += 1
+        for p in set(self.models) - partitions:
+            del self.models[p]
+        new = sorted(partitions - set(self.models))
+        if new:
+            tps = [TopicPartition(self.cfg.events_topic, p) for p in new]
+            ends = await self._consumer.end_offsets(tps)
+            for tp in tps:
+                self.models[tp.partition] = PartitionModels(tp.partition, int(ends[tp]))
+        owned = [TopicPartition(self.cfg.events_topic, p) for p in sorted(self.models)]
+        self._consumer.assign(owned)
+        for tp in owned:
+            self._consumer.seek(tp, self.models[tp.partition].offset + 1)
+        self._wake.set()
+        await self._announce(sorted(partitions))
+
+    async def revoked(self, partitions: set[int]) -> None:
+        for p in partitions:
+            self.models.pop(p, None)
+
+    async def _announce(self, partitions: list[int]) -> None:
+        value = {"node": self.node_id, "url": self.url, "generation": self.generation, "at": time.time()}
+        records = [
+            OutRecord(p, str(p).encode(), orjson.dumps({**value, "partition": p}), []) for p in partitions
+        ]
+        if records:
+            await self.announcer.send(self.cfg.owners_topic, records)
+
+    async def _run_tail(self) -> None:
+        assert self._consumer is not None
+        while True:
+            if not self.models:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                batch = await self._consumer.getmany(timeout_ms=200, max_records=5000)
+            except Exception as exc:  # an assignment changing under the fetch: try again
+                log.debug("events tail: %s", exc)
+                await asyncio.sleep(0.05)
+                continue
+            for tp, records in batch.items():
+                models = self.models.get(tp.partition)
+                if models is None:
+                    continue
+                async with models.lock:
+                    for rec in records:
+                        if rec.offset > models.offset:
+                            models.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
+                models.advanced.set()
+
+    # -- answering calls --------------------------------------------------------------------
+
+    def engine_for(self, agent_id: str) -> NodeEngine | None:
+        models = self.models.get(partition_for(agent_id, self.cfg.partitions))
+        return NodeEngine(self, models) if models is not None else None
+
+
+def node_app(node: Node) -> Starlette:
+    """The node's HTTP face: ``POST /v1/tools/{name}`` for the agents of its partitions."""
+    from memstream.api.http_app import STATUS, caller_of, json_response
+
+    async def call(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            args = orjson.loads(await request.body() or b"{}")
+        except orjson.JSONDecodeError as exc:
+            return json_response(failure(f"invalid JSON body: {exc}"), 400)
+        if name in NOT_IN_KAFKA_MODE:
+            return json_response(failure(f"{name} is not available in Kafka mode yet"), 501)
+        agent = args.get("agent_id") if isinstance(args, dict) else None
+        engine = node.engine_for(agent if isinstance(agent, str) and agent else "-")
+        if engine is None:
+            return json_response(failure("not_owner", node=node.node_id), 421)
+        caller: Caller = caller_of(request)
+        try:
+            body, code = await run_tool(engine, caller, name, args)
+        except TimeoutError as exc:
+            return json_response(failure(f"log_unavailable: {exc}"), 503)
+        return json_response(body, 200 if code is None else STATUS.get(code, 400))
+
+    async def health(request: Request) -> Response:
+        owned = {p: m.offset for p, m in sorted(node.models.items())}
+        return json_response({"node": node.node_id, "url": node.url, "partitions": owned})
+
+    return Starlette(routes=[Route("/v1/tools/{name}", call, methods=["POST"]), Route("/health", health)])
+
+
+def run_node(
+    cfg: KafkaConfig,
+    settings: Settings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    limits: Limits | None = None,
+    loglevel: str = "WARNING",
+    session_timeout_s: float = 10.0,
+) -> None:
+    """Run a worker: decider + read side + HTTP face, until SIGTERM/SIGINT (blocks)."""
+    import socket
+
+    import faust
+    import uvicorn
+
+    from memstream.streams.kafka_log import ensure_topics
+    from memstream.streams.kafka_worker import create_app
+
+    asyncio.run(ensure_topics(cfg))
+    sock = socket.socket()
+    sock.bind((host, port))
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+    node = Node(cfg, settings, url=f"http://{host}:{bound}")
+
+    class _Server(uvicorn.Server):
+        def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # faust owns the signals
+            return contextlib.nullcontext()
+
+    server = _Server(uvicorn.Config(node_app(node), log_level="warning", access_log=False, lifespan="off"))
+
+    async def serve() -> None:
+        await server.serve(sockets=[sock])
+
+    app, _ = create_app(
+        cfg,
+        limits=limits,
+        session_timeout_s=session_timeout_s,
+        heartbeat_s=session_timeout_s / 10,
+        on_assigned=node.assigned,
+        on_revoked=node.revoked,
+        tasks=[serve],
+    )
+    log.warning("memstream worker %s answering at %s", node.node_id, node.url)
+    faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()

@@ -1,0 +1,147 @@
+"""The API process in Kafka mode: routes each tool call to the worker that owns its agent.
+
+A call names its agent (``agent_id``); the agent's partition (``partition_for``, the same CRC32
+mapping every process uses) is owned by one worker at a time, which announces itself on the
+compacted owners topic. The router tails that topic and forwards the call, body and caller
+headers unchanged, to the owner's ``POST /v1/tools/{name}``. When the owner is gone (killed,
+or the partition moved in a rebalance) the forward fails or answers ``421 not_owner``; the
+router waits for the next announcement and tries again until a deadline, so a call keeps being
+answered through a rebalance, only later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from memstream.api.http_app import TOOL_ROUTES, json_response
+from memstream.api.tools.dispatch import failure
+from memstream.streams.kafka_log import KafkaConfig, ensure_topics
+from memstream.streams.log import partition_for
+
+log = logging.getLogger(__name__)
+
+FORWARD_DEADLINE_S = 45.0
+FORWARDED_HEADERS = ("x-client-id", "x-session-id", "idempotency-key", "authorization")
+
+
+class Owners:
+    """Partition → the URL of the worker that last announced it, from the owners topic."""
+
+    def __init__(self, cfg: KafkaConfig) -> None:
+        self.cfg = cfg
+        self.urls: dict[int, str] = {}
+        self.changed = asyncio.Event()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await ensure_topics(self.cfg)
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.cfg.bootstrap, group_id=None, enable_auto_commit=False, fetch_max_wait_ms=100
+        )
+        await self._consumer.start()
+        tps = [TopicPartition(self.cfg.owners_topic, p) for p in range(self.cfg.partitions)]
+        self._consumer.assign(tps)
+        await self._consumer.seek_to_beginning(*tps)
+        self._task = asyncio.create_task(self._run(), name="memstream-owners")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()
+
+    async def _run(self) -> None:
+        assert self._consumer is not None
+        while True:
+            batch = await self._consumer.getmany(timeout_ms=500)
+            for records in batch.values():
+                for rec in records:
+                    try:
+                        value = orjson.loads(rec.value or b"")
+                        self.urls[int(value["partition"])] = str(value["url"])
+                    except (ValueError, KeyError, TypeError):
+                        log.warning("unreadable owners record at offset %d", rec.offset)
+            if batch:
+                self.changed.set()
+
+    async def wait_change(self, timeout: float) -> None:
+        self.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), timeout)
+
+
+class Router:
+    def __init__(self, cfg: KafkaConfig, deadline_s: float = FORWARD_DEADLINE_S) -> None:
+        self.cfg = cfg
+        self.deadline_s = deadline_s
+        self.owners = Owners(cfg)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=2.0))
+
+    async def forward(self, name: str, body: bytes, headers: dict[str, str]) -> Response:
+        try:
+            args = orjson.loads(body) if body.strip() else {}
+        except orjson.JSONDecodeError as exc:
+            return json_response(failure(f"invalid JSON body: {exc}"), 400)
+        agent = args.get("agent_id") if isinstance(args, dict) else None
+        partition = partition_for(agent if isinstance(agent, str) and agent else "-", self.cfg.partitions)
+        end = time.monotonic() + self.deadline_s
+        why = "no worker has announced this partition yet"
+        while time.monotonic() < end:
+            url = self.owners.urls.get(partition)
+            if url is not None:
+                try:
+                    r = await self.client.post(f"{url}/v1/tools/{name}", content=body, headers=headers)
+                except httpx.TransportError as exc:  # the owner is gone: wait for the next one
+                    why = f"owner {url} unreachable: {type(exc).__name__}"
+                else:
+                    if r.status_code != 421:
+                        return Response(r.content, status_code=r.status_code, media_type="application/json")
+                    why = f"{url} no longer owns partition {partition}"
+            await self.owners.wait_change(0.25)
+        return json_response(failure(f"log_unavailable: no worker answered for partition {partition} ({why})"), 503)
+
+
+def router_app(cfg: KafkaConfig) -> Starlette:
+    router = Router(cfg)
+
+    async def call(request: Request) -> Response:
+        name = request.path_params.get("name") or TOOL_ROUTES[request.url.path]
+        headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED_HEADERS}
+        headers["content-type"] = "application/json"
+        return await router.forward(name, await request.body(), headers)
+
+    async def health(request: Request) -> Response:
+        known = sorted(router.owners.urls)
+        status = "healthy" if len(known) == cfg.partitions else "degraded"
+        return json_response({"status": status, "mode": "kafka", "partitions_with_owner": len(known)})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await router.owners.start()
+        try:
+            yield
+        finally:
+            await router.owners.close()
+            await router.client.aclose()
+
+    routes = [Route("/v1/tools/{name}", call, methods=["POST"]), Route("/health", health)]
+    routes += [Route(path, call, methods=["POST"]) for path in TOOL_ROUTES]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.router = router
+    return app

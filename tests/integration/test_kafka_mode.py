@@ -1,0 +1,193 @@
+"""Kafka mode end to end: `memstream serve --kafka` routing to two `memstream worker` processes
+on a real broker. The same script of calls gives the same answers as the embedded server, and
+after one worker is killed with SIGKILL every agent is still answered (by the other worker,
+once the partitions have moved), with nothing acknowledged lost."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from conftest import ServerThread, free_port
+from faces import HttpFace
+
+from integration.broker import BOOTSTRAP, TEST_REPLICATION, require_broker
+from memstream.api.settings import Settings
+from memstream.streams.kafka_log import KafkaConfig
+
+pytestmark = [pytest.mark.kafka]
+
+PROCS = Path(__file__).resolve().parents[1] / "procs"
+PARTITIONS = 16  # the embedded default, so ids are allocated identically in both modes
+AGENTS = ["ada", "bob", "cy", "dee", "eve", "fay"]
+TOPICS = ["deploy key rotation", "green tea mornings", "billing database", "printer paper jam", "vpn certificate"]
+VOLATILE = {"timestamp", "created_at", "updated_at", "as_of", "elapsed_ms"}
+
+
+@pytest.fixture
+async def cfg() -> AsyncIterator[KafkaConfig]:
+    await require_broker()
+    config = KafkaConfig(
+        bootstrap=BOOTSTRAP, prefix=f"memstream-it-{uuid.uuid4().hex[:10]}", partitions=PARTITIONS,
+        replication=TEST_REPLICATION,
+    )  # fmt: skip
+    yield config
+    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    await admin.start()
+    try:
+        doomed = [t for t in await admin.list_topics() if t.startswith(config.prefix)]
+        if doomed:
+            await admin.delete_topics(doomed)
+    finally:
+        await admin.close()
+
+
+class Deployment:
+    """Two workers and one router, all real processes on loopback; stopped at the end."""
+
+    def __init__(self, cfg: KafkaConfig) -> None:
+        self.cfg = cfg
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.port = free_port()
+        self.kafka_args = [
+            "--kafka", cfg.bootstrap, "--prefix", cfg.prefix,
+            "--partitions", str(cfg.partitions), "--replication", str(cfg.replication),
+        ]  # fmt: skip
+
+    def worker(self) -> subprocess.Popen[bytes]:
+        args = [sys.executable, str(PROCS / "kafka_worker.py"), *self.kafka_args, "--session-timeout", "6"]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(proc)
+        return proc
+
+    def router(self) -> None:
+        args = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", *self.kafka_args]
+        args += ["--port", str(self.port)]
+        self.procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def ready(self, timeout_s: float = 90) -> None:
+        async with asyncio.timeout(timeout_s), httpx.AsyncClient() as client:
+            while True:
+                try:
+                    r = await client.get(f"{self.url}/health")
+                    if r.status_code == 200 and r.json()["partitions_with_owner"] == self.cfg.partitions:
+                        return
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.2)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def deployment(cfg: KafkaConfig) -> Iterator[Deployment]:
+    d = Deployment(cfg)
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def stable(body: Any) -> Any:
+    """An answer without the fields that are clock readings."""
+    if isinstance(body, dict):
+        return {k: stable(v) for k, v in body.items() if k not in VOLATILE}
+    if isinstance(body, list):
+        return [stable(v) for v in body]
+    return body
+
+
+async def script(face: HttpFace) -> list[Any]:
+    """A fleet's day: stores, duplicates, an update, a delete, a lock, then reads."""
+    out: list[Any] = []
+    for i in range(30):
+        agent = AGENTS[i % len(AGENTS)]
+        out.append(await face.call("store", {"agent_id": agent, "content": f"{TOPICS[i % 5]} note {i}", "id": f"m{i}"}))
+    out.append(await face.call("store", {"agent_id": "ada", "content": "dup", "id": "m0"}))  # same msg_id: skipped
+    first = out[0]["id"]
+    out.append(await face.call("update_memory", {"agent_id": "ada", "memory_id": first, "content": "tea is oolong"}))
+    out.append(await face.call("delete_memory", {"agent_id": "bob", "memory_id": out[1]["id"]}))
+    out.append(await face.call("lock_memory", {"agent_id": "cy", "memory_id": out[2]["id"]}))
+    out.append(await face.call("delete_memory", {"agent_id": "cy", "memory_id": out[2]["id"]}))  # locked
+    out.append(await face.call("archive_episode", {"agent_id": "dee", "summary": "we fixed the printer"}))
+    out.extend(await reads(face))
+    return out
+
+
+async def reads(face: HttpFace) -> list[Any]:
+    out = []
+    for agent in AGENTS:
+        for q in ("green tea", "printer paper jam", "billing database"):
+            out.append(await face.call("recall", {"agent_id": agent, "query": q, "limit": 5}))
+        out.append(await face.call("list_memories", {"agent_id": agent, "limit": 20}))
+    out.append(await face.call("list_episodes", {"agent_id": "dee"}))
+    return out
+
+
+async def test_kafka_mode_answers_as_the_embedded_server(deployment: Deployment, settings: Settings) -> None:
+    deployment.worker()
+    deployment.worker()
+    deployment.router()
+    with ServerThread(settings) as embedded:
+        local = HttpFace(embedded.url)
+        expected = await script(local)
+        await local.close()
+    await deployment.ready()
+    face = HttpFace(deployment.url)
+    try:
+        async with asyncio.timeout(240):
+            got = await script(face)
+        assert stable(got) == stable(expected)
+    finally:
+        await face.close()
+
+
+async def test_every_agent_is_answered_after_a_worker_is_killed(deployment: Deployment) -> None:
+    first = deployment.worker()
+    deployment.worker()
+    deployment.router()
+    await deployment.ready()
+    face = HttpFace(deployment.url)
+    try:
+        async with asyncio.timeout(240):
+            stored = []
+            for i in range(24):
+                agent = AGENTS[i % len(AGENTS)]
+                body = await face.call("store", {"agent_id": agent, "content": f"{TOPICS[i % 5]} fact {i}"})
+                assert body["result"] == "stored", body
+                stored.append((agent, body["id"]))
+            before = await reads(face)
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=30)
+            after = await reads(face)  # answered through the rebalance, by the survivor
+            assert stable(after) == stable(before)
+            for agent, mid in stored:
+                listed = await face.call("list_memories", {"agent_id": agent, "limit": 50})
+                assert mid in [m["id"] for m in listed["memories"]], (agent, mid)
+            # and writes go on: the survivor decides the moved partitions
+            body = await face.call("store", {"agent_id": "ada", "content": "written after the failover"})
+            assert body["result"] == "stored", body
+    finally:
+        await face.close()

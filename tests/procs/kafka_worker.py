@@ -1,0 +1,22 @@
+"""``memstream worker`` as a deployment runs it, with the tests' hash embedder registered.
+
+Usage: python tests/procs/kafka_worker.py WORKER_ARGS...
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from conftest import HashEmbedder
+
+from memstream.api.cli import main
+from memstream.streams.embedding import register_embedder
+
+if __name__ == "__main__":
+    register_embedder(HashEmbedder.model_id, HashEmbedder)
+    os.environ["MEMSTREAM_EMBEDDER"] = HashEmbedder.model_id
+    main(["--log-level", "WARNING", "worker", *sys.argv[1:]])
