@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from memstream.api.metrics import Metrics
 from memstream.api.point_in_time import PointInTime, View
 from memstream.api.settings import Settings
 from memstream.projections.associations import AssociationsProjection
@@ -106,6 +108,8 @@ class Engine:
         self._embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")
         self._read_lock = asyncio.Lock()
         self.jobs: dict[str, Any] = {}  # background admin jobs by kind (see api/tools/admin.py)
+        self.metrics = Metrics()  # served at GET /metrics (api/metrics.py)
+        self.metrics.bind(self)
         self._started = False
 
     # The read models, by position in ``read_models()``. Read through the runner, which may
@@ -174,7 +178,18 @@ class Engine:
 
     def _restore_projections(self) -> None:
         self.runner.restore()
-        self.runner.catch_up()
+        self.fold("start-up", self.runner)
+
+    def fold(self, kind: str, runner: ProjectionRunner, stop: int | None = None) -> int:
+        """``runner.catch_up(stop)`` (possibly long: start-up, a big tail, a point-in-time
+        replay) with its progress in the metrics (``memstream_fold_events_*``)."""
+        end = self.log.end_offset() if stop is None else stop
+        progress = self.metrics.fold
+        progress.start(kind, runner.offset + 1, end)
+        try:
+            return runner.catch_up(end, progress=progress.update)
+        finally:
+            progress.finish()
 
     async def close(self) -> None:
         if not self._started:
@@ -253,7 +268,9 @@ class Engine:
             model = self.agent_model(agent_id)
         loop = asyncio.get_running_loop()
         emb = self.embedder_for(model)
+        started = time.perf_counter()
         vectors: np.ndarray = await loop.run_in_executor(self._embed_pool, emb.embed, list(texts))
+        self.metrics.observe_embed(time.perf_counter() - started, len(texts))
         return [Embedding.from_vector(emb.model_id, v) for v in vectors]
 
     # -- reads ------------------------------------------------------------------------------
@@ -277,5 +294,5 @@ class Engine:
             if 0 < lag < 2_000:
                 self.runner.catch_up(end)
             elif lag > 0:
-                await asyncio.get_running_loop().run_in_executor(None, self.runner.catch_up, end)
+                await asyncio.get_running_loop().run_in_executor(None, self.fold, "catch-up", self.runner, end)
             return query()
