@@ -1,4 +1,4 @@
-"""The ``memstream`` command: serve, mcp, history, rebuild, reembed, tail."""
+"""The ``memstream`` command: serve, mcp, history, rebuild, reembed, export, import, backup, restore, tail."""
 
 from __future__ import annotations
 
@@ -63,11 +63,12 @@ def main(log_level: str) -> None:
     # on a 2-core machine shared with the server's own threads a BLAS pool costs more p99 than
     # it saves (docs/vectors.md).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from memstream.api.logging_setup import configure
+
+    try:
+        configure(log_level, stream=sys.stderr)  # MEMSTREAM_LOG_FORMAT=json for JSON lines
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 @main.command()
@@ -217,6 +218,99 @@ def reembed(data_dir: Path | None, model: str, agents: tuple[str, ...], batch: i
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     if not report["complete"]:
         sys.exit(1)
+
+
+@main.command("export")
+@data_dir_option
+@click.option("--agent", default="", help="The agent to export (default: every agent).")
+@click.option("--embeddings/--no-embeddings", default=True, show_default=True, help="Write each record's vector.")
+@click.option("--history/--no-history", default=True, show_default=True, help="Write each record's events.")
+def export_(data_dir: Path | None, agent: str, embeddings: bool, history: bool) -> None:
+    """Write an agent's memories, episodes and profile to stdout as JSONL (CPersona's export
+    format, plus each record's history and vector). Safe beside running servers."""
+    from memstream.api.engine import Engine
+    from memstream.api.tools.transfer import collect, dump_lines
+
+    settings = _settings(data_dir)
+
+    async def run() -> None:
+        engine = Engine(settings)
+        await engine.start()
+        try:
+            header, records = await collect(engine, agent, include_embeddings=embeddings, include_history=history)
+        finally:
+            await engine.close()
+        out = sys.stdout.buffer
+        out.writelines(dump_lines(header, records))
+        out.flush()
+        click.echo(
+            f"exported {header['memory_count']} memories, {header['episode_count']} episodes, "
+            f"{header['profile_count']} profiles (log offset {header['log_offset']})",
+            err=True,
+        )
+
+    asyncio.run(run())
+
+
+@main.command("import")
+@data_dir_option
+@click.argument("file", type=click.File("rb"))
+@click.option("--target-agent", default="", help="Import every record into this agent (default: the file's).")
+@click.option("--dry-run", is_flag=True, help="Count what would be imported; write nothing.")
+def import_(data_dir: Path | None, file: Any, target_agent: str, dry_run: bool) -> None:
+    """Import a JSONL export (FILE, or - for stdin) through the normal write rules. Importing
+    the same file again changes nothing; an interrupted import is finished by running it again."""
+    from memstream.api.engine import Engine
+    from memstream.api.tools.registry import Caller
+    from memstream.api.tools.transfer import import_file
+
+    settings = _settings(data_dir)
+    raw = file.read()
+
+    async def run() -> dict[str, Any]:
+        engine = Engine(settings)
+        await engine.start()
+        try:
+            return await import_file(engine, Caller(client_id="cli"), raw, target=target_agent, dry_run=dry_run)
+        finally:
+            await engine.close()
+
+    report = asyncio.run(run())
+    click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    if not report.get("ok"):
+        sys.exit(1)
+
+
+@main.command()
+@data_dir_option
+@click.argument("dest", type=click.Path(path_type=Path))
+def backup(data_dir: Path | None, dest: Path) -> None:
+    """Online backup of the log into DEST (a new data directory), while servers keep writing.
+
+    The copy is one consistent point of the log (SQLite's backup API under a read
+    transaction); every write acknowledged before it started is in it."""
+    from memstream.api.backup import BackupError, backup_log
+
+    try:
+        report = backup_log(_settings(data_dir), dest)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+
+
+@main.command()
+@data_dir_option
+@click.argument("source", type=click.Path(exists=True, path_type=Path))
+def restore(data_dir: Path | None, source: Path) -> None:
+    """Restore a backup (a data directory or a log.sqlite3 file made by `memstream backup`)
+    into an empty data directory. Servers on it must be stopped; the next start replays."""
+    from memstream.api.backup import BackupError, restore_log
+
+    try:
+        report = restore_log(source, _settings(data_dir))
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
 
 
 @main.command()

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from memstream.api.embedders import Embedders
+from memstream.api.metrics import Metrics
 from memstream.api.point_in_time import PointInTime, View
 from memstream.api.settings import Settings
 from memstream.projections.associations import AssociationsProjection
@@ -102,6 +104,8 @@ class Engine:
         self.point_in_time = PointInTime(self, lambda: read_models(None))
         self._read_lock = asyncio.Lock()
         self.jobs: dict[str, Any] = {}  # background admin jobs by kind (see api/tools/admin.py)
+        self.metrics = Metrics()  # served at GET /metrics (api/metrics.py)
+        self.metrics.bind(self)
         self._started = False
 
     # The read models, by position in ``read_models()``. Read through the runner, which may
@@ -168,7 +172,18 @@ class Engine:
 
     def _restore_projections(self) -> None:
         self.runner.restore()
-        self.runner.catch_up()
+        self.fold("start-up", self.runner)
+
+    def fold(self, kind: str, runner: ProjectionRunner, stop: int | None = None) -> int:
+        """``runner.catch_up(stop)`` (possibly long: start-up, a big tail, a point-in-time
+        replay) with its progress in the metrics (``memstream_fold_events_*``)."""
+        end = self.log.end_offset() if stop is None else stop
+        progress = self.metrics.fold
+        progress.start(kind, runner.offset + 1, end)
+        try:
+            return runner.catch_up(end, progress=progress.update)
+        finally:
+            progress.finish()
 
     async def close(self) -> None:
         if not self._started:
@@ -226,7 +241,11 @@ class Engine:
         memories are stored without vectors and found lexically only."""
         if agent_id is not None and model is None and self.embedders.enabled:
             model = self.agent_model(agent_id)
-        return await self.embedders.embed(texts, model)
+        started = time.perf_counter()
+        out = await self.embedders.embed(texts, model)
+        if self.embedders.enabled:
+            self.metrics.observe_embed(time.perf_counter() - started, len(texts))
+        return out
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -249,5 +268,5 @@ class Engine:
             if 0 < lag < 2_000:
                 self.runner.catch_up(end)
             elif lag > 0:
-                await asyncio.get_running_loop().run_in_executor(None, self.runner.catch_up, end)
+                await asyncio.get_running_loop().run_in_executor(None, self.fold, "catch-up", self.runner, end)
             return query()

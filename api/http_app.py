@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.engine import Engine
+from memstream.api.metrics import CONTENT_TYPE_LATEST, FACE
 from memstream.api.settings import Settings
 from memstream.api.tools.dispatch import dispatch, failure, run_tool
 from memstream.api.tools.registry import REGISTRY, Caller, Tool
@@ -71,6 +72,7 @@ async def call_tool(request: Request) -> Response:
     tool = REGISTRY.get(name)
     if key and tool is not None and tool.writes and isinstance(args, dict) and "command_id" not in args:
         args["command_id"] = key  # the HTTP spelling of a command id (W9)
+    FACE.set("http")
     body, code = await run_tool(request.app.state.engine, caller_of(request), name, args)
     return json_response(body, 200 if code is None else STATUS.get(code, 400))
 
@@ -147,7 +149,12 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp
     @app.get("/health", tags=["reads"])
     async def health(request: Request) -> Response:
         body = await dispatch(request.app.state.engine, caller_of(request), "check_health", {})
-        return json_response(body, 200 if body.get("status") in ("ok", "healthy") else 503)
+        # degraded still serves (a load balancer keeps it); only unhealthy (or a failure) is 503
+        return json_response(body, 200 if body.get("status") in ("ok", "healthy", "degraded") else 503)
+
+    @app.get("/metrics", tags=["reads"], summary="Prometheus metrics (text exposition format)")
+    async def metrics(request: Request) -> Response:
+        return Response(request.app.state.engine.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:

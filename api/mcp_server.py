@@ -86,6 +86,7 @@ from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, Transpo
 from starlette.types import Message, Receive, Scope, Send
 
 import memstream.api.tools  # noqa: F401  (the package imports, and so registers, every tool)
+from memstream.api.metrics import FACE
 from memstream.api.tools.dispatch import dispatch, failure, list_tools
 from memstream.api.tools.registry import Caller
 
@@ -301,6 +302,7 @@ def build_server(engine: Any, caller_factory: CallerFactory | None = None) -> Se
         except Exception:
             log.exception("caller factory failed for tool %s", params.name)
             return _text_result(failure("internal error; the server log has the details"))
+        FACE.set("mcp")
         try:
             result = await dispatch(engine, caller, params.name, arguments)
         except Exception:  # dispatch never raises; a bug there must still not become a protocol error

@@ -66,7 +66,7 @@ class PointInTime:
 
     def _build(self, stop: int) -> View:
         runner = ProjectionRunner(self.engine.log, self.read_models(), snapshots=None)
-        runner.catch_up(stop)
+        self.engine.fold("point-in-time", runner, stop)
         return View(self.engine, runner, stop)
 
     def stop_for(self, as_of: int | str) -> int:

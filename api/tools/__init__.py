@@ -1,3 +1,12 @@
 """Every tool memstream serves. Importing this package registers them all."""
 
-from memstream.api.tools import admin, associations, context, reads, recall, standings, writes  # noqa: F401
+from memstream.api.tools import (  # noqa: F401
+    admin,
+    associations,
+    context,
+    reads,
+    recall,
+    standings,
+    transfer,
+    writes,
+)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from pydantic import ValidationError
 
 from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED
+from memstream.api.logging_setup import log_call
+from memstream.api.metrics import FACE
 from memstream.api.tools.registry import REGISTRY, Caller
 from memstream.streams.embedding import EmbeddingError
 from memstream.streams.events import Actor, AuditRecord, Scope, new_id, utcnow
@@ -44,7 +47,35 @@ async def dispatch(engine: Any, caller: Caller, name: str, raw: Any) -> dict[str
 
 async def run_tool(engine: Any, caller: Caller, name: str, raw: Any) -> tuple[dict[str, Any], str | None]:
     """``dispatch`` plus a failure code for faces that have statuses: invalid, unknown_tool,
-    not_found, locked, conflict, too_large, log_unavailable, embedding_unavailable, internal."""
+    not_found, locked, conflict, too_large, log_unavailable, embedding_unavailable, internal.
+
+    Every call is measured (``api/metrics.py``) and logged (``api/logging_setup.py``): tool,
+    face, client, agent, duration and outcome, never the arguments' content."""
+    started = time.perf_counter()
+    body, code = await _run_tool(engine, caller, name, raw)
+    seconds = time.perf_counter() - started
+    tool = REGISTRY.get(name)
+    label = name if tool is not None else "unknown"  # unknown names must not grow the label set
+    face = FACE.get()
+    metrics = getattr(engine, "metrics", None)
+    if metrics is not None:
+        metrics.observe_call(label, face, seconds, code)
+    log_call(label, face, caller.client_id, _agent_of(raw), seconds, code, bool(tool and tool.writes))
+    return body, code
+
+
+def _agent_of(raw: Any) -> str | None:
+    """The agent a call names (an id, never content), for the call's log line."""
+    if not isinstance(raw, dict):
+        return None
+    for key in ("agent_id", "target_agent_id", "source_agent_id"):
+        value = raw.get(key)
+        if isinstance(value, str) and value:
+            return _printable(value[:256])
+    return None
+
+
+async def _run_tool(engine: Any, caller: Caller, name: str, raw: Any) -> tuple[dict[str, Any], str | None]:
     tool = REGISTRY.get(name)
     if tool is None:
         await _audit(engine, caller, name[:100], raw, "unknown tool")

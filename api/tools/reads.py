@@ -3,6 +3,7 @@ audit and health. Successful reads carry no ``ok`` (CPersona's rule); failures d
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, StrictStr
@@ -337,11 +338,51 @@ def _embedding_issues(engine: Any, agent_id: str | None) -> list[dict[str, Any]]
     return out
 
 
-HEALTH_CHECKS = ("log_readable", "projection_lag", "log_integrity", "embedding")
+HEALTH_CHECKS = ("log_readable", "log_writable", "projection_lag", "checkpoints", "log_integrity", "embedding")
+DEFAULT_CHECKS = ["log_readable", "log_writable", "projection_lag", "checkpoints", "embedding"]
+
+
+def _checkpoint_issues(engine: Any, end: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Checkpoints (snapshots) are an optimisation: a missing one costs a replay at start-up,
+    never correctness. Missing ones on a log past one checkpoint interval, or folds that have
+    gone two intervals without one (writes failing: disk full, permissions), are warnings."""
+    every = engine.settings.snapshot_every
+    names = [p.name for p in engine.runner.projections] + ["decision"]
+    now = time.time()
+    seen: dict[str, Any] = {}
+    missing = []
+    for name in names:
+        path = engine.snapshots.path(name)
+        try:
+            seen[name] = round(now - path.stat().st_mtime, 1)
+        except OSError:
+            seen[name] = None
+            missing.append(name)
+    issues: list[dict[str, Any]] = []
+    if missing and end >= every:
+        issues.append(
+            {
+                "check": "checkpoints",
+                "severity": "warn",
+                "detail": f"no checkpoint for {', '.join(missing)} on a log of {end} events: the next start-up "
+                "replays them from offset 0 (`memstream rebuild` writes them)",
+            }
+        )
+    behind = getattr(engine.runner, "_since_checkpoint", 0)
+    if behind >= 2 * every:
+        issues.append(
+            {
+                "check": "checkpoints",
+                "severity": "warn",
+                "detail": f"{behind} events folded since the last checkpoint (interval {every}): "
+                "checkpoint writes are failing, see the server log",
+            }
+        )
+    return issues, {"checkpoint_age_s": seen, "events_since_checkpoint": behind}
 
 
 async def check_health(engine: Any, caller: Caller, args: HealthArgs) -> dict[str, Any]:
-    wanted = list(args.checks or ["log_readable", "projection_lag", "embedding"])
+    wanted = list(args.checks or DEFAULT_CHECKS)
     unknown = [c for c in wanted if c not in HEALTH_CHECKS]
     if unknown:
         return {"ok": False, "error": f"unknown checks: {', '.join(unknown)}; known: {', '.join(HEALTH_CHECKS)}"}
@@ -379,6 +420,16 @@ async def check_health(engine: Any, caller: Caller, args: HealthArgs) -> dict[st
     body = await engine.read(stats)
     if "embedding" in wanted:
         issues.extend(await engine.read(lambda: _embedding_issues(engine, args.agent_id)))
+    if "log_writable" in wanted and hasattr(engine.bus, "_task"):  # the embedded bus's committer task
+        task = engine.bus._task
+        if task is None or task.done():
+            issues.append(
+                {"check": "log_writable", "severity": "critical", "detail": "the command committer is not running"}
+            )
+    checkpoint_stats: dict[str, Any] = {}
+    if "checkpoints" in wanted:
+        found, checkpoint_stats = _checkpoint_issues(engine, end)
+        issues.extend(found)
     lag = end - 1 - engine.runner.offset
     if "projection_lag" in wanted and lag > 0:
         issues.append({"check": "projection_lag", "severity": "warn", "detail": f"read models are {lag} events behind"})
@@ -397,6 +448,8 @@ async def check_health(engine: Any, caller: Caller, args: HealthArgs) -> dict[st
             "log_end_offset": end,
             "audit_end_offset": audit_end,
             "projection_offset": engine.runner.offset,
+            "projection_lag": max(lag, 0),
+            **checkpoint_stats,
         },
     }
 
