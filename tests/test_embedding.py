@@ -328,7 +328,12 @@ def test_embed_server_script_end_to_end(tmp_path):
         assert line.startswith("listening on http://127.0.0.1:"), line
         url = line.split()[2]
         health = _wait_healthy(url.rsplit("/", 1)[0] + "/health", deadline_s=30, proc=proc)
-        assert health == {"status": "ok", "model": "minilm-l6-v2-int8", "dim": 384}
+        assert {k: health[k] for k in ("status", "model", "dim")} == {
+            "status": "ok",
+            "model": "minilm-l6-v2-int8",
+            "dim": 384,
+        }
+        assert health["live_misses"] == 0 and health["precomputed_rows"] == 0  # no table: everything live
         r = httpx.post(url, json={"texts": ["a", "b"]}, timeout=30, trust_env=False)
         body = r.json()
         assert r.status_code == 200 and len(body["embeddings"]) == 2 and len(body["embeddings"][0]) == 384
