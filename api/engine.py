@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from memstream.api.acl import AclConfig
 from memstream.api.point_in_time import PointInTime, View
 from memstream.api.settings import Settings
 from memstream.projections.associations import AssociationsProjection
@@ -106,6 +107,9 @@ class Engine:
         self._embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")
         self._read_lock = asyncio.Lock()
         self.jobs: dict[str, Any] = {}  # background admin jobs by kind (see api/tools/admin.py)
+        # The access policy dispatch enforces; None: anonymous full access. Set by the faces
+        # from MEMSTREAM_ACL_FILE (api/acl.py), before they serve anything.
+        self.acl: AclConfig | None = None
         self._started = False
 
     # The read models, by position in ``read_models()``. Read through the runner, which may
