@@ -83,20 +83,34 @@ def serve(
     the HTTP API of a Kafka deployment (calls routed to the `memstream worker` owning each agent)."""
     import uvicorn
 
+    from memstream.api.acl import AclConfigError
+    from memstream.api.auth import is_loopback
     from memstream.api.http_app import create_app
 
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        logging.getLogger("memstream").warning(
-            "NETWORK-EXPOSED: binding %s; anyone who can reach this port can read and write memories", host
-        )
     if bootstrap:
         from memstream.api.kafka_router import router_app
 
+        if not is_loopback(host):
+            logging.getLogger("memstream").warning(
+                "NETWORK-EXPOSED: binding %s in Kafka mode, which has no access control yet (docs/security.md)", host
+            )
         cfg = kafka_config(bootstrap, prefix, partitions, replication)
         uvicorn.run(router_app(cfg), host=host, port=port, log_level="warning", access_log=False)
         return
     settings = _settings(data_dir)
-    app = create_app(settings)
+    try:
+        app = create_app(settings)  # loads MEMSTREAM_ACL_FILE first: a bad file stops here
+    except AclConfigError as exc:
+        raise click.ClickException(f"refusing to start: {exc}") from None
+    logger = logging.getLogger("memstream")
+    if settings.acl_file is None and not is_loopback(host):
+        logger.warning(
+            "NETWORK-EXPOSED WITHOUT TOKENS: binding %s with no MEMSTREAM_ACL_FILE; anyone who can reach "
+            "this port can read, write and delete every agent's memories (docs/security.md)",
+            host,
+        )
+    elif settings.acl_file is not None:
+        logger.info("ACL mode: bearer tokens from %s required on %s:%d", settings.acl_file, host, port)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
 
 
@@ -104,9 +118,13 @@ def serve(
 @data_dir_option
 def mcp(data_dir: Path | None) -> None:
     """Serve MCP over stdio (one process per agent host is fine: they share the data dir)."""
+    from memstream.api.acl import AclConfigError
     from memstream.api.mcp_server import run_stdio
 
-    asyncio.run(run_stdio(_settings(data_dir)))
+    try:
+        asyncio.run(run_stdio(_settings(data_dir)))
+    except AclConfigError as exc:
+        raise click.ClickException(f"refusing to start: {exc}") from None
 
 
 @main.command()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from memstream.api.acl import AclConfig
 from memstream.api.embedders import Embedders
 from memstream.api.metrics import Metrics
 from memstream.api.point_in_time import PointInTime, View
@@ -106,6 +107,9 @@ class Engine:
         self.jobs: dict[str, Any] = {}  # background admin jobs by kind (see api/tools/admin.py)
         self.metrics = Metrics()  # served at GET /metrics (api/metrics.py)
         self.metrics.bind(self)
+        # The access policy dispatch enforces; None: anonymous full access. Set by the faces
+        # from MEMSTREAM_ACL_FILE (api/acl.py), before they serve anything.
+        self.acl: AclConfig | None = None
         self._started = False
 
     # The read models, by position in ``read_models()``. Read through the runner, which may

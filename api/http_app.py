@@ -22,10 +22,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
+from memstream.api.acl import load_configured
+from memstream.api.auth import BearerAuth, scope_caller
 from memstream.api.engine import Engine
 from memstream.api.metrics import CONTENT_TYPE_LATEST, FACE
 from memstream.api.settings import Settings
-from memstream.api.tools.dispatch import dispatch, failure, run_tool
+from memstream.api.tools.dispatch import failure, run_tool
 from memstream.api.tools.registry import REGISTRY, Caller, Tool
 from memstream.streams.embedding import Embedder
 
@@ -51,8 +53,12 @@ def json_response(body: Any, status: int = 200) -> Response:
 
 
 def caller_of(request: Request) -> Caller:
+    session = (request.headers.get("x-session-id") or "")[:256]
+    authenticated = scope_caller(request.scope, session)  # ACL mode: the token's client, nothing else
+    if authenticated is not None:
+        return authenticated
     client = request.headers.get("x-client-id") or "anonymous"
-    return Caller(client_id=client[:256], session_id=(request.headers.get("x-session-id") or "")[:256])
+    return Caller(client_id=client[:256], session_id=session)
 
 
 # Routes outside /v1/tools that serve one tool each, under the path its source names
@@ -99,7 +105,9 @@ def _document_tool(app: FastAPI, tool: Tool, path: str | None = None) -> None:
 
 def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp: bool = True) -> FastAPI:
     """The ASGI app; its lifespan opens and closes the engine."""
+    acl = load_configured(settings)  # a malformed ACL file stops here (AclConfigError)
     eng = Engine(settings, embedder=embedder)
+    eng.acl = acl
     mcp_app = mcp_lifespan = None
     if with_mcp:
         from memstream.api.mcp_server import streamable_http_app
@@ -148,7 +156,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp
 
     @app.get("/health", tags=["reads"])
     async def health(request: Request) -> Response:
-        body = await dispatch(request.app.state.engine, caller_of(request), "check_health", {})
+        body, code = await run_tool(request.app.state.engine, caller_of(request), "check_health", {})
+        if code == "permission_denied":
+            return json_response(body, 403)
         # degraded still serves (a load balancer keeps it); only unhealthy (or a failure) is 503
         return json_response(body, 200 if body.get("status") in ("ok", "healthy", "degraded") else 503)
 
@@ -163,4 +173,6 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp
     if mcp_app is not None:
         # A Route (not a Mount) so that POST /mcp itself is served, not redirected to /mcp/.
         app.router.routes.append(Route("/mcp", endpoint=mcp_app, include_in_schema=False))
+    if acl is not None:
+        app.add_middleware(BearerAuth, acl=acl)  # outermost: nothing is served before the token is checked
     return app

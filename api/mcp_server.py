@@ -52,9 +52,11 @@ runs the SDK's session manager). Requests that arrive outside it get a 503.
 
 The HTTP side is stateless and answers in JSON (no SSE, no ``Mcp-Session-Id``). Both protocol
 eras are served: the legacy ``initialize`` handshake (2025-xx versions) and the 2026-07-28
-single-exchange requests. The caller comes from ``Authorization: Bearer <token>``, else
-``X-Client-Id``, else ``anonymous``. ACL comes later: for now the value is passed through as
-the client id. Host/Origin checking (DNS-rebinding protection) accepts loopback only:
+single-exchange requests. Without an ACL file the caller comes from ``Authorization: Bearer
+<token>``, else ``X-Client-Id``, else ``anonymous`` (the value is passed through as the client
+id). With ``MEMSTREAM_ACL_FILE`` the host app's middleware (api/auth.py) has already refused
+unknown tokens, and the caller is the client the token names; on stdio it is the ``local``
+principal (docs/security.md). Host/Origin checking (DNS-rebinding protection) accepts loopback only:
 ``127.0.0.1``, ``localhost`` and ``[::1]``, with or without a port. Pass ``host=`` (the bind
 address) or ``allowed_hosts=`` when serving a non-loopback interface.
 """
@@ -86,6 +88,7 @@ from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, Transpo
 from starlette.types import Message, Receive, Scope, Send
 
 import memstream.api.tools  # noqa: F401  (the package imports, and so registers, every tool)
+from memstream.api.auth import scope_caller
 from memstream.api.metrics import FACE
 from memstream.api.tools.dispatch import dispatch, failure, list_tools
 from memstream.api.tools.registry import Caller
@@ -149,12 +152,17 @@ def caller_from_headers(headers: Mapping[str, str] | None) -> Caller:
 
 
 def http_caller(request: Any) -> Caller:
-    """The default caller factory of the HTTP face."""
-    return caller_from_headers(getattr(request, "headers", None))
+    """The default caller factory of the HTTP face: in ACL mode the client the bearer token
+    named (api/auth.py), else :func:`caller_from_headers`."""
+    caller = caller_from_headers(getattr(request, "headers", None))
+    authenticated = scope_caller(getattr(request, "scope", None), caller.session_id)
+    return authenticated if authenticated is not None else caller
 
 
 def stdio_caller_factory(env: Mapping[str, str] | None = None) -> CallerFactory:
-    """Every call on one stdio connection comes from ``MEMSTREAM_CLIENT_ID`` (default ``stdio``)."""
+    """Every call on one stdio connection comes from ``MEMSTREAM_CLIENT_ID`` (default ``stdio``).
+
+    In ACL mode use :func:`memstream.api.auth.stdio_caller` instead: the ``local`` principal."""
     source = os.environ if env is None else env
     caller = Caller(
         client_id=_clean_id(source.get("MEMSTREAM_CLIENT_ID")) or "stdio",
@@ -339,12 +347,24 @@ async def run_stdio(engine_settings: Any = None, *, caller_factory: CallerFactor
     """
     from mcp.server.stdio import stdio_server
 
+    from memstream.api.acl import load_configured
+    from memstream.api.auth import stdio_caller
     from memstream.api.engine import Engine
     from memstream.api.settings import load_settings
 
     settings = engine_settings if engine_settings is not None else load_settings()
-    callers = caller_factory or stdio_caller_factory()
+    acl = load_configured(settings)  # a malformed ACL file stops here (AclConfigError)
+    if caller_factory is not None:
+        callers = caller_factory
+    elif acl is not None:
+        # ACL mode: the stdio peer is whoever spawned this process; it is CPersona's reserved
+        # ``local`` principal, with the grants of the file's ``local`` row (none without one).
+        local = stdio_caller(f"stdio-{uuid.uuid4().hex}")
+        callers = lambda _request: local  # noqa: E731
+    else:
+        callers = stdio_caller_factory()
     engine = Engine(settings)
+    engine.acl = acl
 
     async def serve() -> None:
         # Claim stdin/stdout first: from here on fd 1 points at stderr, so nothing the engine
@@ -406,7 +426,13 @@ def main() -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    asyncio.run(run_stdio())
+    from memstream.api.acl import AclConfigError
+
+    try:
+        asyncio.run(run_stdio())
+    except AclConfigError as exc:
+        log.error("refusing to start: %s", exc)
+        sys.exit(1)
 
 
 # -- streamable HTTP ----------------------------------------------------------------------------

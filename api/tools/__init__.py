@@ -4,6 +4,7 @@ from memstream.api.tools import (  # noqa: F401
     admin,
     associations,
     context,
+    fleet,
     reads,
     recall,
     standings,

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from memstream.api.acl import WILDCARD, authorize, denial
 from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED
 from memstream.api.logging_setup import log_call
 from memstream.api.metrics import FACE
@@ -92,6 +93,26 @@ async def _run_tool(engine: Any, caller: Caller, name: str, raw: Any) -> tuple[d
         args = tool.args.model_validate(raw)
     except ValidationError as exc:
         return await _refuse(engine, caller, name, raw, f"invalid arguments: {describe_validation(exc)}"), "invalid"
+    acl = getattr(engine, "acl", None)
+    if acl is not None:  # ACL mode (api/acl.py): the caller's grants must cover the call
+        refused = await authorize(engine, acl, caller, tool, args)
+        if refused is not None:
+            demand, why = refused
+            where = demand.agent if demand.agent not in ("", WILDCARD) else None
+            log.warning("ACL denial: client=%s tool=%s agent=%s", caller.client_id, name, demand.agent or "-")
+            # A fresh command id: the audit record of a refusal answers retries of its command id
+            # (W9), and a denied caller must not pin an outcome on an id an authorized one may use.
+            await _audit(
+                engine,
+                caller,
+                name,
+                raw,
+                f"permission_denied: {why}",
+                error="permission_denied",
+                agent=where,
+                fresh=True,
+            )
+            return denial(name, caller.client_id, demand, why), "permission_denied"
     REFUSAL_AUDITED.set(False)
     FAILURE_CODE.set(None)
     try:
@@ -120,18 +141,33 @@ async def _refuse(engine: Any, caller: Caller, name: str, raw: Any, why: str) ->
     return failure(why)
 
 
-async def _audit(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> None:
-    agent = raw.get("agent_id") if isinstance(raw, dict) else None
+async def _audit(
+    engine: Any,
+    caller: Caller,
+    name: str,
+    raw: Any,
+    why: str,
+    *,
+    error: str = "invalid",
+    agent: str | None = None,
+    fresh: bool = False,
+) -> None:
+    if agent is None:
+        agent = raw.get("agent_id") if isinstance(raw, dict) else None
     record = AuditRecord(
         id=new_id(),
         kind="refused",
         command=name,
-        command_id=(raw.get("command_id") if isinstance(raw, dict) and isinstance(raw.get("command_id"), str) else None)
+        command_id=(
+            raw.get("command_id")
+            if not fresh and isinstance(raw, dict) and isinstance(raw.get("command_id"), str)
+            else None
+        )
         or new_id(),
         scope=Scope(agent_id=_printable(agent) if isinstance(agent, str) and 0 < len(agent) <= 256 else "-"),
         actor=Actor(client_id=caller.client_id, session_id=caller.session_id),
         occurred_at=utcnow(),
-        outcome={"result": "rejected", "error": "invalid", "reason": why},
+        outcome={"result": "rejected", "error": error, "reason": why},
         request=_summarize(raw),
     )
     try:

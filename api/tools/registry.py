@@ -27,6 +27,9 @@ class Caller:
 
     client_id: str = "anonymous"
     session_id: str = ""
+    # True only when the face resolved client_id from a credential (ACL mode: a bearer token
+    # or the stdio principal). In ACL mode dispatch refuses every call from a caller without it.
+    authenticated: bool = False
 
 
 Handler = Callable[[Any, Caller, Any], Awaitable[dict[str, Any]]]

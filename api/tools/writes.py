@@ -478,6 +478,7 @@ for _tool in (
         delete_agent_data,
         "Delete an agent's memories, episodes and profile; locked memories stay.",
         writes=True,
+        admin=True,
     ),
     Tool(
         "set_recall_precision",
