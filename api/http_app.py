@@ -10,6 +10,7 @@ kind of failure it was; no input produces a 500.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,11 +24,12 @@ from starlette.routing import Route
 
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.acl import load_configured
+from memstream.api.audit_page import add_audit_routes
 from memstream.api.auth import BearerAuth, scope_caller
 from memstream.api.engine import Engine
 from memstream.api.metrics import CONTENT_TYPE_LATEST, FACE
 from memstream.api.settings import Settings
-from memstream.api.tools.dispatch import failure, run_tool
+from memstream.api.tools.dispatch import failure, refuse, run_tool
 from memstream.api.tools.registry import REGISTRY, Caller, Tool
 from memstream.streams.embedding import Embedder
 
@@ -73,7 +75,12 @@ async def call_tool(request: Request) -> Response:
     try:
         args = orjson.loads(raw) if raw.strip() else {}
     except orjson.JSONDecodeError as exc:
-        return json_response(failure(f"invalid JSON body: {exc}"), 400)
+        args = _with_lone_surrogates(raw, exc)
+        if args is None:  # refused and audited like any bad call (H4)
+            body = await refuse(
+                request.app.state.engine, caller_of(request), name, raw[:512], f"invalid JSON body: {exc}"
+            )
+            return json_response(body, 400)
     key = request.headers.get("idempotency-key")
     tool = REGISTRY.get(name)
     if key and tool is not None and tool.writes and isinstance(args, dict) and "command_id" not in args:
@@ -83,7 +90,48 @@ async def call_tool(request: Request) -> Response:
     return json_response(body, 200 if code is None else STATUS.get(code, 400))
 
 
-def _document_tool(app: FastAPI, tool: Tool, path: str | None = None) -> None:
+# Nested argument models, referenced from the tools' request bodies as components/schemas
+# (pydantic's default ``#/$defs/...`` refs would dangle: they point at the document's root).
+REF_TEMPLATE = "#/components/schemas/{model}"
+
+
+def _body_schema(tool: Tool, components: dict[str, Any]) -> dict[str, Any]:
+    schema = tool.args.model_json_schema(ref_template=REF_TEMPLATE)
+    for name, sub in schema.pop("$defs", {}).items():
+        if components.setdefault(name, sub) != sub:
+            raise ValueError(f"two argument models named {name} differ; rename one")
+    return schema
+
+
+def _with_components(app: FastAPI, components: dict[str, Any]) -> None:
+    """Add the collected nested models to the generated OpenAPI document."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = generate()
+            spec.setdefault("components", {}).setdefault("schemas", {}).update(components)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _with_lone_surrogates(raw: bytes, exc: orjson.JSONDecodeError) -> Any:
+    """A body orjson refused only for a lone surrogate escape (``"\\udfff"``), parsed anyway so
+    dispatch refuses it by name, as the MCP face does; None for anything else."""
+    if "surrogate" not in str(exc):
+        return None
+
+    def no_constants(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        return json.loads(raw, parse_constant=no_constants)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _document_tool(app: FastAPI, tool: Tool, path: str | None = None, components: dict[str, Any] | None = None) -> None:
     """The tool's entry in the OpenAPI document. Requests are served by ``call_tool`` (a plain
     Starlette route placed first): FastAPI's per-request machinery is not on the hot path."""
     app.add_api_route(
@@ -97,7 +145,9 @@ def _document_tool(app: FastAPI, tool: Tool, path: str | None = None) -> None:
         openapi_extra={
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": tool.args.model_json_schema()}},
+                "content": {
+                    "application/json": {"schema": _body_schema(tool, {} if components is None else components)}
+                },
             }
         },
     )
@@ -148,11 +198,13 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp
         return json_response(failure("internal error; the server log has the details"), 500)
 
     app.router.routes.insert(0, Route("/v1/tools/{name}", call_tool, methods=["POST"], include_in_schema=False))
+    components: dict[str, Any] = {}
     for tool in sorted(REGISTRY.values(), key=lambda t: t.name):
-        _document_tool(app, tool)
+        _document_tool(app, tool, components=components)
     for path, name in TOOL_ROUTES.items():
         app.router.routes.insert(0, Route(path, call_tool, methods=["POST"], include_in_schema=False))
-        _document_tool(app, REGISTRY[name], path)
+        _document_tool(app, REGISTRY[name], path, components=components)
+    _with_components(app, components)
 
     @app.get("/health", tags=["reads"])
     async def health(request: Request) -> Response:
@@ -169,6 +221,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp
     @app.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:
         return HTMLResponse("<p>memstream: see <a href='/docs'>/docs</a>; MCP at /mcp</p>")
+
+    add_audit_routes(app)  # GET /audit, /audit/memory/{ref}: the timeline page for people
 
     if mcp_app is not None:
         # A Route (not a Mount) so that POST /mcp itself is served, not redirected to /mcp/.

@@ -82,7 +82,8 @@ class PointInTime:
                 raise InputError(f"as_of offset {as_of} is beyond the log's end ({end - 1})")
             return as_of + 1
         when = parse_timestamp(as_of, "as_of")
-        assert when is not None
+        if when is None:
+            raise InputError("as_of is empty: give a log offset or an ISO-8601 time")
         return self._first_after(when, end)
 
     def _first_after(self, when: datetime, end: int) -> int:

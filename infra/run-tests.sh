@@ -7,6 +7,10 @@ BIN="${VENV:-.venv}/bin"
 
 "$BIN/ruff" check .
 
+# Headless Chromium for the audit page's browser test (skips without it unless
+# MEMSTREAM_REQUIRE_BROWSER is set).
+bash infra/install-chromium.sh
+
 export MEMSTREAM_KAFKA_BOOTSTRAP="${MEMSTREAM_KAFKA_BOOTSTRAP:-127.0.0.1:9092}"
 export MEMSTREAM_REQUIRE_KAFKA=1
 trap 'bash infra/kafka-local.sh stop --purge || true' EXIT

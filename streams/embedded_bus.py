@@ -238,3 +238,4 @@ class EmbeddedCommandBus:
             self._since_snapshot = 0
         except OSError as exc:  # a missing snapshot costs replay time, never correctness
             log.warning("could not write the decision snapshot: %s", exc)
+            self._since_snapshot = 0  # next try after another snapshot_every events, not every commit

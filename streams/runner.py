@@ -120,7 +120,11 @@ class ProjectionRunner:
             applied = self._fold(pos, end, progress, batch)
         self._since_checkpoint += applied
         if self._since_checkpoint >= self.checkpoint_every:
-            self.checkpoint()
+            try:
+                self.checkpoint()
+            except OSError as exc:  # a checkpoint is a shortcut: without one a start replays more
+                log.warning("could not checkpoint the read models (%s); will retry later", exc)
+                self._since_checkpoint = 0  # next try after another checkpoint_every events
         return applied
 
     def _fold(self, pos: int, end: int, progress: ProgressFn | None, batch: int) -> int:

@@ -37,11 +37,15 @@ class SnapshotStore:
         header = hashlib.sha256(payload).hexdigest().encode() + b" " + str(len(payload)).encode() + b"\n"
         target = self.path(name)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(_MAGIC + header + payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(_MAGIC + header + payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk must not keep a half-written copy around
+            raise
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)

@@ -85,6 +85,9 @@ async def _run_tool(engine: Any, caller: Caller, name: str, raw: Any) -> tuple[d
         raw = {}
     if not isinstance(raw, dict):
         return await _refuse(engine, caller, name, raw, "arguments must be a JSON object"), "invalid"
+    if _too_deep(raw):
+        why = f"arguments are nested too deeply (more than {MAX_DEPTH} levels of objects and arrays)"
+        return await _refuse(engine, caller, name, raw, why), "invalid"
     bad = _first_surrogate(raw)
     if bad is not None:
         why = f"{bad} is not valid UTF-8 (it holds an unpaired surrogate)"
@@ -133,6 +136,12 @@ async def _run_tool(engine: Any, caller: Caller, name: str, raw: Any) -> tuple[d
     return body, FAILURE_CODE.get() or "invalid"
 
 
+async def refuse(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:
+    """Refuse a call a face could not even hand to ``run_tool`` (e.g. an unparseable body):
+    audited like any other refusal, answered in the tool's failure shape."""
+    return await _refuse(engine, caller, name[:100], raw, why)
+
+
 async def _refuse(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:
     """Bad input changes nothing but the audit trail: who sent what, and why it was refused."""
     await _audit(engine, caller, name, raw, why)
@@ -154,16 +163,15 @@ async def _audit(
 ) -> None:
     if agent is None:
         agent = raw.get("agent_id") if isinstance(raw, dict) else None
+    command_id = raw.get("command_id") if not fresh and isinstance(raw, dict) else None
+    if not isinstance(command_id, str) or not 0 < len(command_id) <= 200 or _first_surrogate(command_id):
+        command_id = None  # not a command id the log can hold (or a denial): the refusal gets its own
+    why = _printable(why)
     record = AuditRecord(
         id=new_id(),
         kind="refused",
-        command=name,
-        command_id=(
-            raw.get("command_id")
-            if not fresh and isinstance(raw, dict) and isinstance(raw.get("command_id"), str)
-            else None
-        )
-        or new_id(),
+        command=_printable(name),
+        command_id=command_id or new_id(),
         scope=Scope(agent_id=_printable(agent) if isinstance(agent, str) and 0 < len(agent) <= 256 else "-"),
         actor=Actor(client_id=caller.client_id, session_id=caller.session_id),
         occurred_at=utcnow(),
@@ -174,6 +182,25 @@ async def _audit(
         await engine.refuse(record)
     except Exception as exc:  # auditing must not turn a clean refusal into a crash
         log.error("could not audit a refused %s call: %s", name, exc)
+
+
+# Deeper arguments are refused before validation: no tool takes them, and serialising them
+# (metadata, audit records) would hit the JSON encoders' recursion limits.
+MAX_DEPTH = 64
+
+
+def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether objects and arrays nest more than ``limit`` levels (iterative: any depth is safe)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def _first_surrogate(value: Any, where: str = "arguments", depth: int = 0) -> str | None:
@@ -203,12 +230,23 @@ def _printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _repr(value: Any, limit: int) -> str:
+    """A bounded description of any value: never raises (deep nesting, huge integers)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 63:
+        return f"<integer of {value.bit_length()} bits>"
+    try:
+        return repr(value)[:limit]
+    except (RecursionError, ValueError):
+        return f"<{type(value).__name__} too deep or too large to show>"
+
+
 def _summarize(raw: Any, limit: int = 512) -> dict[str, Any]:
     if not isinstance(raw, dict):
-        return {"_raw": _printable(repr(raw)[:limit])}
+        return {"_raw": _printable(_repr(raw, limit))}
     out: dict[str, Any] = {}
     for k, v in list(raw.items())[:32]:
-        text = v if isinstance(v, str | int | float | bool) or v is None else repr(v)
+        plain = isinstance(v, str | float | bool) or v is None or (isinstance(v, int) and v.bit_length() <= 63)
+        text = v if plain else _repr(v, limit)
         if isinstance(text, str):
             text = _printable(text[:limit] + ("…" if len(text) > limit else ""))
         out[_printable(str(k)[:64])] = text
