@@ -10,6 +10,7 @@ BIN="${VENV:-.venv}/bin"
 # Headless Chromium for the audit page's browser test (skips without it unless
 # MEMSTREAM_REQUIRE_BROWSER is set).
 bash infra/install-chromium.sh
+export MEMSTREAM_REQUIRE_BROWSER="${MEMSTREAM_REQUIRE_BROWSER:-1}"
 
 export MEMSTREAM_KAFKA_BOOTSTRAP="${MEMSTREAM_KAFKA_BOOTSTRAP:-127.0.0.1:9092}"
 export MEMSTREAM_REQUIRE_KAFKA=1
