@@ -17,6 +17,13 @@ import orjson
 from memstream.api.settings import Settings, SettingsError, load_settings
 
 
+def _stderr_console() -> Any:
+    """Progress bars go to stderr: stdout carries the command's JSON report, for pipes."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 def _settings(data_dir: Path | None) -> Settings:
     try:
         return load_settings(data_dir=data_dir)
@@ -163,12 +170,44 @@ def history(data_dir: Path | None, ref: str | None, agent: str | None, limit: in
 @data_dir_option
 @click.option("--to-offset", type=int, default=None, help="Rebuild the state as of this offset (exclusive).")
 @click.option("--no-save", is_flag=True, help="Only compare; don't replace the snapshots.")
-def rebuild(data_dir: Path | None, to_offset: int | None, no_save: bool) -> None:
-    """Replay the log from offset 0 into fresh projections; compare digests with the live ones."""
+@kafka_options(required=False)
+@click.option("--partition", "partition_ids", type=int, multiple=True, help="Kafka: only this partition (repeatable).")
+def rebuild(
+    data_dir: Path | None,
+    to_offset: int | None,
+    no_save: bool,
+    bootstrap: str | None,
+    prefix: str,
+    partitions: int,
+    replication: int,
+    partition_ids: tuple[int, ...],
+) -> None:
+    """Replay the log from offset 0 into fresh projections; compare digests with the live ones.
+
+    With --kafka: fold partitions of the events topic from offset 0 (up to --to-offset within
+    each) and print each read model's digest per partition, to compare with a worker's
+    GET /digests."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from memstream.api.rebuild import rebuild_all
 
+    if bootstrap:
+        from memstream.api.kafka_replay import rebuild_partitions
+
+        cfg = kafka_config(bootstrap, prefix, partitions, replication)
+        columns = (TextColumn("[bold]events"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=_stderr_console()) as bar:
+            task = bar.add_task("events", total=None)
+            report = asyncio.run(
+                rebuild_partitions(
+                    cfg,
+                    list(partition_ids) or None,
+                    stop=to_offset,
+                    progress=lambda done, total: bar.update(task, completed=done, total=max(total, 1)),
+                )
+            )
+        click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+        return
     settings = _settings(data_dir)
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -177,6 +216,7 @@ def rebuild(data_dir: Path | None, to_offset: int | None, no_save: bool) -> None
         TextColumn("{task.fields[rate]}"),
         TimeRemainingColumn(),
         transient=False,
+        console=_stderr_console(),
     ) as bar:
         tasks: dict[str, Any] = {}
         started = time.perf_counter()
@@ -221,7 +261,7 @@ def reembed(data_dir: Path | None, model: str, agents: tuple[str, ...], batch: i
         await engine.start()
         try:
             columns = (TextColumn("[bold]re-embed"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-            with Progress(*columns) as bar:
+            with Progress(*columns, console=_stderr_console()) as bar:
                 task = bar.add_task("re-embed", total=None)
 
                 def progress(done: int, total: int) -> None:

@@ -238,9 +238,7 @@ class Node:
 
     async def _announce(self, partitions: list[int]) -> None:
         value = {"node": self.node_id, "url": self.url, "generation": self.generation, "at": time.time()}
-        records = [
-            OutRecord(p, str(p).encode(), orjson.dumps({**value, "partition": p}), []) for p in partitions
-        ]
+        records = [OutRecord(p, str(p).encode(), orjson.dumps({**value, "partition": p}), []) for p in partitions]
         if records:
             await self.announcer.send(self.cfg.owners_topic, records)
 
@@ -301,7 +299,22 @@ def node_app(node: Node) -> Starlette:
         owned = {p: m.offset for p, m in sorted(node.models.items())}
         return json_response({"node": node.node_id, "url": node.url, "partitions": owned})
 
-    return Starlette(routes=[Route("/v1/tools/{name}", call, methods=["POST"]), Route("/health", health)])
+    async def digests(request: Request) -> Response:
+        """Each owned partition's read-model digests and offset, for replay checks."""
+        from memstream.streams.runner import digest_of
+
+        out = {}
+        for p, models in sorted(node.models.items()):
+            async with models.lock:
+                out[str(p)] = {"offset": models.offset, "digests": {m.name: digest_of(m) for m in models.projections}}
+        return json_response(out)
+
+    routes = [
+        Route("/v1/tools/{name}", call, methods=["POST"]),
+        Route("/health", health),
+        Route("/digests", digests),
+    ]
+    return Starlette(routes=routes)
 
 
 def run_node(

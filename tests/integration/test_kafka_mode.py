@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from conftest import ServerThread, free_port
@@ -191,3 +192,62 @@ async def test_every_agent_is_answered_after_a_worker_is_killed(deployment: Depl
             assert body["result"] == "stored", body
     finally:
         await face.close()
+
+
+async def live_digests(cfg: KafkaConfig) -> dict[int, dict[str, Any]]:
+    """Every partition's live read-model digests, from the workers that own them, once each
+    worker has folded its partitions to the end of the events topic."""
+    from memstream.api.kafka_router import Owners
+    from memstream.streams.kafka_log import KafkaLog
+
+    owners = Owners(cfg)
+    await owners.start()
+    kafka = KafkaLog(cfg)
+    await kafka.start()
+    try:
+        ends = await kafka.end_offsets()
+        async with asyncio.timeout(60), httpx.AsyncClient() as client:
+            while True:
+                out: dict[int, dict[str, Any]] = {}
+                for url in set(owners.urls.values()):
+                    body = (await client.get(f"{url}/digests")).json()
+                    out.update({int(p): v for p, v in body.items()})
+                if len(out) == cfg.partitions and all(out[p]["offset"] == ends[p] - 1 for p in out):
+                    return out
+                await asyncio.sleep(0.2)
+    finally:
+        await kafka.close()
+        await owners.close()
+
+
+async def test_replay_from_offset_zero_equals_the_workers_live_state(deployment: Deployment) -> None:
+    deployment.worker()
+    deployment.worker()
+    deployment.router()
+    await deployment.ready()
+    face = HttpFace(deployment.url)
+    try:
+        async with asyncio.timeout(240):
+            await script(face)
+            await face.call("declare_standing", {"agent_id": "eve", "ref": "mem:1", "standing": "noise"})
+    finally:
+        await face.close()
+    live = await live_digests(deployment.cfg)
+    busy = sorted(p for p, v in live.items() if v["offset"] >= 0)
+    assert len(busy) >= 3, "the script should have written to several partitions"
+    args = [sys.executable, "-m", "memstream.api.cli", "rebuild", *deployment.kafka_args]
+    args += [a for p in busy for a in ("--partition", str(p))]
+    done = subprocess.run(args, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    rebuilt = orjson.loads(done.stdout)
+    assert rebuilt["events"] == sum(live[p]["offset"] + 1 for p in busy)
+    for p in busy:
+        assert rebuilt["partitions"][str(p)] == live[p], f"partition {p}"
+    # point in time: the same fold stopped at an offset of one partition
+    p = max(busy, key=lambda q: live[q]["offset"])
+    first_arg = args.index("--partition")
+    early_args = [*args[:first_arg], "--partition", str(p), "--to-offset", "2"]
+    early = subprocess.run(early_args, capture_output=True, timeout=120)
+    assert early.returncode == 0, early.stderr.decode()[-2000:]
+    part = orjson.loads(early.stdout)["partitions"][str(p)]
+    assert part["offset"] == 1 and part["digests"] != live[p]["digests"]
