@@ -177,6 +177,7 @@ class Node:
         self.models: dict[int, PartitionModels] = {}
         self.acked: dict[int, int] = {}  # partition -> highest event offset this node had acknowledged
         self.generation = 0
+        self.decider: Any = None  # the worker's KafkaDecider, for its figures on /health
         self._consumer: AIOKafkaConsumer | None = None
         self._tail: asyncio.Task[None] | None = None
         self._started = False
@@ -296,8 +297,12 @@ def node_app(node: Node) -> Starlette:
         return json_response(body, 200 if code is None else STATUS.get(code, 400))
 
     async def health(request: Request) -> Response:
-        owned = {p: m.offset for p, m in sorted(node.models.items())}
-        return json_response({"node": node.node_id, "url": node.url, "partitions": owned})
+        owned = {str(p): m.offset for p, m in sorted(node.models.items())}
+        body: dict[str, Any] = {"node": node.node_id, "url": node.url, "partitions": owned}
+        if node.decider is not None:
+            d = node.decider
+            body["decider"] = {"decided": d.decided, "batches": d.batches, "busy_s": round(d.busy_s, 3)}
+        return json_response(body)
 
     async def digests(request: Request) -> Response:
         """Each owned partition's read-model digests and offset, for replay checks."""
@@ -338,6 +343,7 @@ def run_node(
 
     asyncio.run(ensure_topics(cfg))
     sock = socket.socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by accepted connections
     sock.bind((host, port))
     sock.listen(128)
     bound = sock.getsockname()[1]
@@ -352,7 +358,7 @@ def run_node(
     async def serve() -> None:
         await server.serve(sockets=[sock])
 
-    app, _ = create_app(
+    app, node.decider = create_app(
         cfg,
         limits=limits,
         session_timeout_s=session_timeout_s,

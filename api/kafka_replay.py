@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
 from memstream.api.kafka_node import PartitionModels
 from memstream.streams.kafka_log import KafkaConfig, KafkaLog
 from memstream.streams.runner import bulk_fold, digest_of
@@ -34,36 +36,54 @@ async def rebuild_partitions(
     end now) into fresh read models; their digests per partition and the fold rate."""
     kafka = KafkaLog(cfg)
     await kafka.start()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=cfg.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=10,
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+    )
+    await consumer.start()
     try:
         parts = sorted(set(partitions)) if partitions else list(range(cfg.partitions))
         ends = await kafka.end_offsets()
         bounds = {p: ends[p] if stop is None else min(stop, ends[p]) for p in parts}
         total = sum(bounds.values())
+        models = {p: PartitionModels(p, 0) for p in parts}
+        pending = {TopicPartition(cfg.events_topic, p) for p in parts if bounds[p] > 0}
         done = 0
         started = time.perf_counter()
-        report: dict[str, Any] = {"partitions": {}}
+        if pending:
+            consumer.assign(sorted(pending, key=lambda tp: tp.partition))
+            await consumer.seek_to_beginning(*pending)
+        # One consumer over every partition: the broker streams them all at once, and the fold
+        # (not the round trips) sets the pace.
         with bulk_fold(total):
-            for p in parts:
-                models = PartitionModels(p, 0)
-                pos = 0
-                while pos < bounds[p]:
-                    records = await kafka.read_records(cfg.events_topic, p, pos, bounds[p], limit=CHUNK)
-                    if not records:
-                        break
+            while pending:
+                batch = await consumer.getmany(*pending, timeout_ms=1000, max_records=CHUNK)
+                for tp, records in batch.items():
+                    m, bound = models[tp.partition], bounds[tp.partition]
                     for rec in records:
-                        models.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
-                    pos = records[-1].offset + 1
-                    done += len(records)
-                    if progress is not None:
-                        progress(done, total)
-                report["partitions"][p] = {
-                    "offset": models.offset,
-                    "digests": {proj.name: digest_of(proj) for proj in models.projections},
-                }
+                        if rec.offset >= bound:
+                            break
+                        m.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
+                        done += 1
+                    if m.offset >= bound - 1:
+                        pending.discard(tp)
+                        consumer.pause(tp)
+                if progress is not None:
+                    progress(done, total)
         seconds = time.perf_counter() - started
-        report.update(
-            events=done, seconds=round(seconds, 3), events_per_second=round(done / seconds) if seconds > 0 else None
-        )
+        report: dict[str, Any] = {
+            "partitions": {
+                p: {"offset": m.offset, "digests": {proj.name: digest_of(proj) for proj in m.projections}}
+                for p, m in models.items()
+            },
+            "events": done,
+            "seconds": round(seconds, 3),
+            "events_per_second": round(done / seconds) if seconds > 0 else None,
+        }
         return report
     finally:
+        await consumer.stop()
         await kafka.close()

@@ -23,7 +23,9 @@ transactions.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +92,8 @@ class KafkaDecider:
         self.limits = limits or Limits()
         self.states: dict[int, DecisionState] = {}
         self.decided = 0
+        self.batches = 0
+        self.busy_s = 0.0  # time spent deciding, appending and replying
 
     def forget(self, partitions: Iterable[int]) -> None:
         """Partitions assigned or revoked: their state is folded afresh at their next command."""
@@ -99,11 +103,14 @@ class KafkaDecider:
     async def handle(self, batch: Sequence[Incoming]) -> None:
         if not self.kafka.started:
             await self.kafka.start()  # the worker's first batch: connect its producer and reader
+        started = time.perf_counter()
         by_partition: dict[int, list[Incoming]] = {}
         for msg in batch:
             by_partition.setdefault(msg.partition, []).append(msg)
         for partition, msgs in sorted(by_partition.items()):
             await self._handle_partition(partition, msgs)
+        self.batches += 1
+        self.busy_s += time.perf_counter() - started
 
     async def _handle_partition(self, partition: int, msgs: list[Incoming]) -> None:
         state = self.states.get(partition)
@@ -135,41 +142,45 @@ class KafkaDecider:
             raise
         self.decided += len(items)
         if replies:
+            # Not waited for: a lost reply is a submitter's timeout, repaired by its retry with
+            # the same command id (answered from the folded state), exactly as after a crash.
             await self.kafka.send(
                 self.kafka.cfg.replies_topic,
                 [OutRecord(r, cid.encode(), encode_reply(cid, out), []) for r, cid, out in replies],
+                wait=False,
             )
 
     async def _append(self, partition: int, events: list[NewEvent], audits: list[NewAudit]) -> None:
+        """Both topics at once (one round of acks), then check every record's offset."""
         cfg = self.kafka.cfg
-        if events:
-            landed = await self.kafka.send(
-                cfg.events_topic,
-                [
-                    OutRecord(
-                        e.partition,
-                        e.agent.encode("utf-8", "surrogatepass"),
-                        e.value,
-                        [("type", e.type.encode())] + ([("vector", e.vector)] if e.vector is not None else []),
-                    )
-                    for e in events
-                ],
+        event_records = [
+            OutRecord(
+                e.partition,
+                e.agent.encode("utf-8", "surrogatepass"),
+                e.value,
+                [("type", e.type.encode())] + ([("vector", e.vector)] if e.vector is not None else []),
             )
-            _check_landed("events", partition, [e.offset for e in events], landed)
-        if audits:
-            landed = await self.kafka.send(
-                cfg.audit_topic,
-                [
-                    OutRecord(
-                        a.partition,
-                        a.agent.encode("utf-8", "surrogatepass"),
-                        a.value,
-                        [("type", a.kind.encode()), ("after_event", str(a.after_event).encode())],
-                    )
-                    for a in audits
-                ],
+            for e in events
+        ]
+        audit_records = [
+            OutRecord(
+                a.partition,
+                a.agent.encode("utf-8", "surrogatepass"),
+                a.value,
+                [("type", a.kind.encode()), ("after_event", str(a.after_event).encode())],
             )
-            _check_landed("audit", partition, [a.offset for a in audits], landed)
+            for a in audits
+        ]
+        landed_events, landed_audits = await asyncio.gather(
+            self.kafka.send(cfg.events_topic, event_records) if events else _nothing(),
+            self.kafka.send(cfg.audit_topic, audit_records) if audits else _nothing(),
+        )
+        _check_landed("events", partition, [e.offset for e in events], landed_events)
+        _check_landed("audit", partition, [a.offset for a in audits], landed_audits)
+
+
+async def _nothing() -> list[Any]:
+    return []
 
 
 def _check_landed(what: str, partition: int, expected: list[int], landed: Sequence[Any]) -> None:

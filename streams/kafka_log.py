@@ -226,6 +226,9 @@ class KafkaLog:
             auto_offset_reset="earliest",
             isolation_level="read_uncommitted",
             request_timeout_ms=self.cfg.request_timeout_ms,
+            # Reads re-assign and seek per call: a fetch left waiting for data on the previous
+            # assignment would hold the next read for the broker's whole wait.
+            fetch_max_wait_ms=10,
         )
         try:
             await self._producer.start()
@@ -245,15 +248,18 @@ class KafkaLog:
     def partition_of(self, agent_id: str) -> int:
         return partition_for(agent_id, self.num_partitions)
 
-    async def send(self, topic: str, records: Sequence[OutRecord]) -> list[Appended]:
+    async def send(self, topic: str, records: Sequence[OutRecord], *, wait: bool = True) -> list[Appended]:
         """Send records in order; returns where each landed once every one is acknowledged by
-        all in-sync replicas."""
+        all in-sync replicas (``wait=False``: once they are queued in the producer, for records
+        whose loss a retry repairs, such as replies)."""
         if self._producer is None:
             raise KafkaLogError("KafkaLog.start() was not called")
         futures = [
             await self._producer.send(topic, value=r.value, key=r.key, partition=r.partition, headers=r.headers)
             for r in records
         ]
+        if not wait:
+            return []
         metas = await asyncio.gather(*futures)
         return [Appended(m.partition, m.offset) for m in metas]
 

@@ -1,0 +1,251 @@
+"""Kafka mode end to end: store throughput, store→visible latency and rebuild rate, with 1 and 2
+workers, against the embedded server on the same machine in the same run (the baseline).
+
+    bash infra/kafka-local.sh start
+    python bench/kafka_throughput.py                      # 1 and 2 workers, 8 clients, 4,000 stores
+    python bench/kafka_throughput.py --stores 800 --trials 50 --workers 1   # a quick check
+
+Everything is real processes on loopback: `memstream worker` ×N, `memstream serve --kafka`
+(the router) and clients speaking raw HTTP/1.1 to it. Embedding is excluded
+(`MEMSTREAM_EMBEDDER=none`: memories carry no vectors), so the figures are memstream's and
+Kafka's. Stores spread over 64 agents, so every partition has work. Results: JSON on stdout and
+in bench/results/kafka.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+from store_throughput import Conn, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOTSTRAP = os.environ.get("MEMSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+AGENTS = [f"agent-{i:02d}" for i in range(64)]
+CLI = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING"]
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return round(1000 * s[min(len(s) - 1, int(len(s) * q))], 2)
+
+
+class Procs:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, args: list[str], env: dict[str, str]) -> None:
+        self.procs.append(subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+async def wait_ready(port: int, path: str, ok: Any, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            c = Conn("127.0.0.1", port)
+            await c.open()
+            status, raw = await c.post(path, b"{}") if path.startswith("/v1") else await get(c, path)
+            await c.close()
+            if status == 200 and ok(orjson.loads(raw)):
+                return
+        except (OSError, ValueError):
+            pass
+        await asyncio.sleep(0.25)
+    raise TimeoutError(f"not ready: {path} on {port}")
+
+
+async def get(c: Conn, path: str) -> tuple[int, bytes]:
+    assert c.reader is not None and c.writer is not None
+    c.writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    status = int((await c.reader.readline()).split()[1])
+    length = 0
+    while True:
+        line = await c.reader.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    return status, await c.reader.readexactly(length)
+
+
+async def stores(port: int, clients: int, total: int, tag: str) -> dict[str, Any]:
+    per = total // clients
+    lat: list[float] = []
+    errors = 0
+
+    async def one(n: int) -> None:
+        nonlocal errors
+        conn = Conn("127.0.0.1", port)
+        await conn.open()
+        for i in range(per):
+            agent = AGENTS[(n * per + i) % len(AGENTS)]
+            body = orjson.dumps({"agent_id": agent, "content": f"{tag} {n} {i}: deploy key {i % 97} rotates weekly"})
+            t = time.perf_counter()
+            status, raw = await conn.post("/v1/tools/store", body)
+            lat.append(time.perf_counter() - t)
+            if status != 200 or orjson.loads(raw).get("result") != "stored":
+                errors += 1
+        await conn.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(n) for n in range(clients)))
+    elapsed = time.perf_counter() - started
+    return {
+        "clients": clients,
+        "stores": len(lat),
+        "errors": errors,
+        "stores_per_s": round(len(lat) / elapsed, 1),
+        "p50_ms": pct(lat, 0.5),
+        "p99_ms": pct(lat, 0.99),
+        "mean_ms": round(1000 * statistics.fmean(lat), 2),
+    }
+
+
+async def visibility(port: int, trials: int) -> dict[str, Any]:
+    """Store a memory with a unique word, then recall that word until the memory shows."""
+    conn = Conn("127.0.0.1", port)
+    await conn.open()
+    lat: list[float] = []
+    recalls: list[int] = []
+    for i in range(trials):
+        word = f"probe{uuid.uuid4().hex[:10]}"
+        agent = AGENTS[i % len(AGENTS)]
+        t = time.perf_counter()
+        await conn.post("/v1/tools/store", orjson.dumps({"agent_id": agent, "content": f"marker {word} set"}))
+        n = 0
+        while True:
+            n += 1
+            _, raw = await conn.post("/v1/tools/recall", orjson.dumps({"agent_id": agent, "query": word, "limit": 3}))
+            if any(word in m.get("content", "") for m in orjson.loads(raw).get("messages", [])):
+                break
+            if time.perf_counter() - t > 10:
+                raise TimeoutError(f"{word} not visible after 10 s")
+        lat.append(time.perf_counter() - t)
+        recalls.append(n)
+    await conn.close()
+    return {"trials": trials, "p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99), "recalls_max": max(recalls)}
+
+
+async def kafka_run(workers: int, args: argparse.Namespace) -> dict[str, Any]:
+    from memstream.api.kafka_replay import rebuild_partitions
+    from memstream.streams.kafka_log import KafkaConfig
+
+    prefix = f"memstream-bench-{uuid.uuid4().hex[:8]}"
+    cfg = KafkaConfig(bootstrap=BOOTSTRAP, prefix=prefix, partitions=args.partitions)
+    kafka_args = ["--kafka", BOOTSTRAP, "--prefix", prefix, "--partitions", str(args.partitions)]
+    env = {**os.environ, "MEMSTREAM_EMBEDDER": "none"}
+    procs = Procs()
+    port = free_port()
+    try:
+        for _ in range(workers):
+            procs.start([*CLI, "worker", *kafka_args], env)
+        procs.start([*CLI, "serve", *kafka_args, "--port", str(port)], env)
+        await wait_ready(port, "/health", lambda b: b.get("partitions_with_owner") == args.partitions)
+        await stores(port, args.clients, 200, "warmup")
+        out: dict[str, Any] = {"workers": workers, "partitions": args.partitions}
+        out["store"] = await stores(port, args.clients, args.stores, "kafka")
+        out["store_to_visible"] = await visibility(port, args.trials)
+        rebuilt = await rebuild_partitions(cfg)
+        out["rebuild"] = {k: rebuilt[k] for k in ("events", "seconds", "events_per_second")}
+        return out
+    finally:
+        procs.stop()
+        await drop_topics(prefix)
+
+
+async def drop_topics(prefix: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    await admin.start()
+    try:
+        doomed = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if doomed:
+            await admin.delete_topics(doomed)
+    finally:
+        await admin.close()
+
+
+async def embedded_run(args: argparse.Namespace) -> dict[str, Any]:
+    data = Path(tempfile.mkdtemp(prefix="memstream-bench-embedded-"))
+    env = {**os.environ, "MEMSTREAM_EMBEDDER": "none", "MEMSTREAM_DATA_DIR": str(data)}
+    procs = Procs()
+    port = free_port()
+    try:
+        procs.start([*CLI, "serve", "--port", str(port)], env)
+        await wait_ready(port, "/v1/tools/check_health", lambda b: "status" in b)
+        await stores(port, args.clients, 200, "warmup")
+        return {
+            "store": await stores(port, args.clients, args.stores, "embedded"),
+            "store_to_visible": await visibility(port, args.trials),
+        }
+    finally:
+        procs.stop()
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "command": "python bench/kafka_throughput.py " + " ".join(sys.argv[1:]),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "bootstrap": BOOTSTRAP,
+        "loadavg_start": list(os.getloadavg()),
+        "embedding": "excluded (MEMSTREAM_EMBEDDER=none)",
+        "kafka": [],
+    }
+    report["embedded_baseline"] = await embedded_run(args)
+    for w in [int(x) for x in args.workers.split(",")]:
+        report["kafka"].append(await kafka_run(w, args))
+    runs = {r["workers"]: r for r in report["kafka"]}
+    base = report["embedded_baseline"]["store"]["stores_per_s"]
+    report["ratios"] = {
+        f"kafka_{w}w_over_embedded_stores": round(r["store"]["stores_per_s"] / base, 2) for w, r in runs.items()
+    }
+    if 1 in runs and 2 in runs:
+        report["ratios"]["stores_2w_over_1w"] = round(
+            runs[2]["store"]["stores_per_s"] / runs[1]["store"]["stores_per_s"], 2
+        )
+    report["loadavg_end"] = list(os.getloadavg())
+    return report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--stores", type=int, default=4000)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--partitions", type=int, default=16)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kafka.json")
+    args = ap.parse_args()
+    report = asyncio.run(main_async(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
