@@ -12,7 +12,9 @@ BIN="${VENV:-.venv}/bin"
 bash infra/install-chromium.sh
 export MEMSTREAM_REQUIRE_BROWSER="${MEMSTREAM_REQUIRE_BROWSER:-1}"
 
-export MEMSTREAM_KAFKA_BOOTSTRAP="${MEMSTREAM_KAFKA_BOOTSTRAP:-127.0.0.1:9092}"
+# The tests' broker. Not MEMSTREAM_KAFKA_BOOTSTRAP: that one switches `memstream serve` to
+# Kafka mode, and the embedded-mode tests start `memstream serve` too.
+export MEMSTREAM_TEST_KAFKA_BOOTSTRAP="${MEMSTREAM_TEST_KAFKA_BOOTSTRAP:-127.0.0.1:9092}"
 export MEMSTREAM_REQUIRE_KAFKA=1
 trap 'bash infra/kafka-local.sh stop --purge || true' EXIT
 bash infra/kafka-local.sh start

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import re
 import socket
 import threading
@@ -21,6 +22,12 @@ from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+
+# A shell's Kafka deployment must not turn the embedded-mode tests' `memstream serve`
+# subprocesses into Kafka routers (the Kafka tests name their broker with
+# MEMSTREAM_TEST_KAFKA_BOOTSTRAP and pass --kafka explicitly).
+for _name in [k for k in os.environ if k.startswith("MEMSTREAM_KAFKA_")]:
+    del os.environ[_name]
 
 
 class HashEmbedder:

@@ -1,6 +1,6 @@
 """Finding the Kafka broker the integration tests run against, shared by every Kafka test.
 
-``MEMSTREAM_KAFKA_BOOTSTRAP`` (default ``127.0.0.1:9092``), e.g. the broker of
+``MEMSTREAM_TEST_KAFKA_BOOTSTRAP`` (default ``127.0.0.1:9092``), e.g. the broker of
 ``infra/kafka-local.sh start``. When no broker answers, the tests are skipped, unless
 ``MEMSTREAM_REQUIRE_KAFKA=1`` (CI), where they fail with the reason.
 """
@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-BOOTSTRAP = os.environ.get("MEMSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+BOOTSTRAP = os.environ.get("MEMSTREAM_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 REQUIRE_KAFKA = os.environ.get("MEMSTREAM_REQUIRE_KAFKA", "").strip().lower() in {"1", "true", "yes"}
 # Replication of the test topics: 1 works on any cluster; set 3 to exercise a 3-broker cluster.
-TEST_REPLICATION = int(os.environ.get("MEMSTREAM_KAFKA_TEST_REPLICATION", "1"))
+TEST_REPLICATION = int(os.environ.get("MEMSTREAM_TEST_KAFKA_REPLICATION", "1"))
 
 PROBE_TIMEOUT_S = 10.0  # to decide "no broker here"
 TEST_TIMEOUT_S = 60.0  # whole-test deadline
@@ -68,8 +68,8 @@ async def require_broker() -> None:
     if reason is None:
         return
     message = (
-        f"no Kafka broker answers at MEMSTREAM_KAFKA_BOOTSTRAP={BOOTSTRAP} ({reason}). "
-        "Start one with `infra/kafka-local.sh start`, or point MEMSTREAM_KAFKA_BOOTSTRAP at a cluster."
+        f"no Kafka broker answers at MEMSTREAM_TEST_KAFKA_BOOTSTRAP={BOOTSTRAP} ({reason}). "
+        "Start one with `infra/kafka-local.sh start`, or point MEMSTREAM_TEST_KAFKA_BOOTSTRAP at a cluster."
     )
     if REQUIRE_KAFKA:
         pytest.fail(f"MEMSTREAM_REQUIRE_KAFKA=1 but {message}", pytrace=False)

@@ -1,6 +1,6 @@
 """The Kafka broker memstream runs on does what memstream relies on.
 
-Runs against ``MEMSTREAM_KAFKA_BOOTSTRAP`` (default ``127.0.0.1:9092``), e.g. the broker of
+Runs against ``MEMSTREAM_TEST_KAFKA_BOOTSTRAP`` (default ``127.0.0.1:9092``), e.g. the broker of
 ``infra/kafka-local.sh start``. When no broker answers, the tests are skipped, unless
 ``MEMSTREAM_REQUIRE_KAFKA=1`` (CI), where they fail with the reason.
 
