@@ -35,18 +35,8 @@ class RecallFleetArgs(ToolArgs):
 async def recall_fleet(engine: Any, caller: Caller, args: RecallFleetArgs) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     for agent in dict.fromkeys(args.agent_ids):  # each agent once, in the order named
-        inner = RecallArgs(
-            agent_id=agent,
-            query=args.query,
-            limit=args.limit,
-            deep=args.deep,
-            channel=args.channel,
-            project_id=args.project_id,
-            source_id=args.source_id,
-            full_content=args.full_content,
-            time_cue=args.time_cue,
-            as_of=args.as_of,
-        )
+        shared = args.model_dump(include=set(RecallArgs.model_fields) - {"agent_id"}, exclude_unset=True)
+        inner = RecallArgs(agent_id=agent, **shared)
         body, _ = await _recall(engine, inner)
         if body.get("ok") is False:
             return {**body, "agent_id": agent}

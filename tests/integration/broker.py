@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
+import subprocess
 import time
+import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
@@ -85,3 +89,40 @@ async def wait_until(what: str, check: Callable[[], Awaitable[bool]], timeout: f
             pytest.fail(f"timed out after {timeout:.0f}s waiting until {what}")
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def deployment_config(partitions: int) -> Any:
+    """A deployment of its own for one test: a unique topic prefix on the test broker."""
+    from memstream.streams.kafka_log import KafkaConfig
+
+    return KafkaConfig(
+        bootstrap=BOOTSTRAP,
+        prefix=f"memstream-it-{uuid.uuid4().hex[:10]}",
+        partitions=partitions,
+        replication=TEST_REPLICATION,
+    )
+
+
+async def drop_topics(prefix: str) -> None:
+    """Delete every topic a test's deployment created."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    await admin.start()
+    try:
+        doomed = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if doomed:
+            await admin.delete_topics(doomed)
+    finally:
+        await admin.close()
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process still running, wait, and kill what does not stop in 30 s."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

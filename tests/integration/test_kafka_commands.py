@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -18,9 +17,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
-from integration.broker import BOOTSTRAP, TEST_REPLICATION, require_broker
+from integration.broker import deployment_config, drop_topics, require_broker, stop_processes
 from memstream.streams import commands as c
 from memstream.streams.events import Actor, AuditRecord, Embedding, Scope, decode, new_id
 from memstream.streams.kafka_bus import KafkaCommandBus
@@ -36,22 +34,9 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 @pytest.fixture
 async def cfg() -> AsyncIterator[KafkaConfig]:
     await require_broker()
-    config = KafkaConfig(
-        bootstrap=BOOTSTRAP,
-        prefix=f"memstream-it-{uuid.uuid4().hex[:10]}",
-        partitions=PARTITIONS,
-        replication=TEST_REPLICATION,
-    )
+    config = deployment_config(PARTITIONS)
     yield config
-    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-    await admin.start()
-    try:
-        present = set(await admin.list_topics())
-        doomed = [t for t in present if t.startswith(config.prefix)]
-        if doomed:
-            await admin.delete_topics(doomed)
-    finally:
-        await admin.close()
+    await drop_topics(config.prefix)
 
 
 class Workers:
@@ -73,15 +58,7 @@ class Workers:
         return proc
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
 
 @pytest.fixture

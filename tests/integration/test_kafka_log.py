@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
@@ -14,7 +13,14 @@ import numpy as np
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from integration.broker import BOOTSTRAP, TEST_REPLICATION, TEST_TIMEOUT_S, require_broker
+from integration.broker import (
+    BOOTSTRAP,
+    TEST_REPLICATION,
+    TEST_TIMEOUT_S,
+    deployment_config,
+    drop_topics,
+    require_broker,
+)
 from memstream.streams import commands as c
 from memstream.streams.decision import DecideContext, DecisionState, Limits, decide
 from memstream.streams.events import Actor, Embedding, Scope, decode
@@ -30,22 +36,9 @@ AGENTS = [f"agent-{i}" for i in range(7)]
 @pytest.fixture
 async def cfg() -> AsyncIterator[KafkaConfig]:
     await require_broker()
-    config = KafkaConfig(
-        bootstrap=BOOTSTRAP,
-        prefix=f"memstream-it-{uuid.uuid4().hex[:10]}",
-        partitions=PARTITIONS,
-        replication=TEST_REPLICATION,
-    )
+    config = deployment_config(PARTITIONS)
     yield config
-    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-    await admin.start()
-    try:
-        present = set(await admin.list_topics())
-        doomed = [t for t in config.topic_configs() if t in present]
-        if doomed:
-            await admin.delete_topics(doomed)
-    finally:
-        await admin.close()
+    await drop_topics(config.prefix)
 
 
 def decided_events(n_per_agent: int) -> list[tuple[str, str, bytes, bytes | None]]:

@@ -9,7 +9,6 @@ import asyncio
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,10 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 from conftest import ServerThread, free_port
 from faces import HttpFace
 
-from integration.broker import BOOTSTRAP, TEST_REPLICATION, require_broker
+from integration.broker import deployment_config, drop_topics, require_broker, stop_processes
 from memstream.api.settings import Settings
 from memstream.streams.kafka_log import KafkaConfig
 
@@ -37,19 +35,9 @@ VOLATILE = {"timestamp", "created_at", "updated_at", "as_of", "elapsed_ms"}
 @pytest.fixture
 async def cfg() -> AsyncIterator[KafkaConfig]:
     await require_broker()
-    config = KafkaConfig(
-        bootstrap=BOOTSTRAP, prefix=f"memstream-it-{uuid.uuid4().hex[:10]}", partitions=PARTITIONS,
-        replication=TEST_REPLICATION,
-    )  # fmt: skip
+    config = deployment_config(PARTITIONS)
     yield config
-    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-    await admin.start()
-    try:
-        doomed = [t for t in await admin.list_topics() if t.startswith(config.prefix)]
-        if doomed:
-            await admin.delete_topics(doomed)
-    finally:
-        await admin.close()
+    await drop_topics(config.prefix)
 
 
 class Deployment:
@@ -91,15 +79,7 @@ class Deployment:
                 await asyncio.sleep(0.2)
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
 
 @pytest.fixture
