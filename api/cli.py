@@ -102,7 +102,7 @@ def serve(
                 "NETWORK-EXPOSED: binding %s in Kafka mode, which has no access control yet (docs/security.md)", host
             )
         cfg = kafka_config(bootstrap, prefix, partitions, replication)
-        uvicorn.run(router_app(cfg), host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.run(router_app(cfg, host=host), host=host, port=port, log_level="warning", access_log=False)
         return
     settings = _settings(data_dir)
     try:

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import orjson
@@ -27,6 +28,7 @@ from starlette.routing import Route
 
 from memstream.api.http_app import TOOL_ROUTES, json_response
 from memstream.api.tools.dispatch import failure
+from memstream.api.tools.registry import Caller
 from memstream.streams.kafka_log import KafkaConfig, ensure_topics
 from memstream.streams.log import partition_for
 
@@ -98,6 +100,19 @@ class Router:
             args = orjson.loads(body) if body.strip() else {}
         except orjson.JSONDecodeError as exc:
             return json_response(failure(f"invalid JSON body: {exc}"), 400)
+        status, content = await self.forward_raw(name, args, body, headers)
+        return Response(content, status_code=status, media_type="application/json")
+
+    async def call(self, caller: Caller, name: str, args: Any) -> dict[str, Any]:
+        """One tool call for the MCP face: the JSON body the owning worker answered."""
+        headers = {"content-type": "application/json", "x-client-id": caller.client_id}
+        if caller.session_id:
+            headers["x-session-id"] = caller.session_id
+        _, content = await self.forward_raw(name, args, orjson.dumps(args), headers)
+        body: dict[str, Any] = orjson.loads(content)
+        return body
+
+    async def forward_raw(self, name: str, args: Any, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         agent = args.get("agent_id") if isinstance(args, dict) else None
         partition = partition_for(agent if isinstance(agent, str) and agent else "-", self.cfg.partitions)
         end = time.monotonic() + self.deadline_s
@@ -111,14 +126,17 @@ class Router:
                     why = f"owner {url} unreachable: {type(exc).__name__}"
                 else:
                     if r.status_code != 421:
-                        return Response(r.content, status_code=r.status_code, media_type="application/json")
+                        return r.status_code, r.content
                     why = f"{url} no longer owns partition {partition}"
             await self.owners.wait_change(0.25)
-        return json_response(failure(f"log_unavailable: no worker answered for partition {partition} ({why})"), 503)
+        return 503, orjson.dumps(failure(f"log_unavailable: no worker answered for partition {partition} ({why})"))
 
 
-def router_app(cfg: KafkaConfig) -> Starlette:
+def router_app(cfg: KafkaConfig, *, host: str = "127.0.0.1") -> Starlette:
+    from memstream.api.mcp_server import McpHttpApp
+
     router = Router(cfg)
+    mcp = McpHttpApp(None, host=host, call=router.call)
 
     async def call(request: Request) -> Response:
         name = request.path_params.get("name") or TOOL_ROUTES[request.url.path]
@@ -135,12 +153,14 @@ def router_app(cfg: KafkaConfig) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await router.owners.start()
         try:
-            yield
+            async with mcp.lifespan():
+                yield
         finally:
             await router.owners.close()
             await router.client.aclose()
 
     routes = [Route("/v1/tools/{name}", call, methods=["POST"]), Route("/health", health)]
+    routes.append(Route("/mcp", endpoint=mcp))  # a Route, so POST /mcp itself is served
     routes += [Route(path, call, methods=["POST"]) for path in TOOL_ROUTES]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.router = router

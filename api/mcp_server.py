@@ -73,7 +73,7 @@ import re
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from importlib import metadata
@@ -293,8 +293,16 @@ async def _keep_raw_arguments(ctx: Any, call_next: Any) -> Any:
     return await call_next(ctx)
 
 
-def build_server(engine: Any, caller_factory: CallerFactory | None = None) -> Server[Any]:
-    """A low-level MCP server over the tool registry: list_tools() and dispatch(), nothing else."""
+# Runs one tool call somewhere else (Kafka mode: on the worker owning the agent) and answers
+# the tool's JSON body, as ``dispatch`` does locally.
+RemoteCall = Callable[[Caller, str, Any], Awaitable[dict[str, Any]]]
+
+
+def build_server(
+    engine: Any, caller_factory: CallerFactory | None = None, *, call: RemoteCall | None = None
+) -> Server[Any]:
+    """A low-level MCP server over the tool registry: list_tools() and dispatch(), nothing else
+    (or ``call`` instead of dispatch, for a router that runs tools on other processes)."""
     callers = caller_factory or http_caller
 
     async def on_list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -312,7 +320,10 @@ def build_server(engine: Any, caller_factory: CallerFactory | None = None) -> Se
             return _text_result(failure("internal error; the server log has the details"))
         FACE.set("mcp")
         try:
-            result = await dispatch(engine, caller, params.name, arguments)
+            if call is not None:
+                result = await call(caller, params.name, arguments)
+            else:
+                result = await dispatch(engine, caller, params.name, arguments)
         except Exception:  # dispatch never raises; a bug there must still not become a protocol error
             log.exception("dispatch raised for tool %s", params.name)
             result = failure("internal error; the server log has the details")
@@ -460,8 +471,10 @@ class McpHttpApp:
         allowed_hosts: Sequence[str] | None = None,
         allowed_origins: Sequence[str] | None = None,
         max_request_body_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
+        call: RemoteCall | None = None,
     ) -> None:
         self.engine = engine
+        self.call = call
         self.caller_factory = caller_factory or http_caller
         self.max_request_body_size = max_request_body_size
         if allowed_hosts is not None:
@@ -482,10 +495,10 @@ class McpHttpApp:
         """Run the MCP session manager; enter once per app run, with the engine started."""
         if engine is not None:
             self.engine = engine
-        if self.engine is None:
-            raise RuntimeError("McpHttpApp needs an engine")
+        if self.engine is None and self.call is None:
+            raise RuntimeError("McpHttpApp needs an engine (or a remote call)")
         manager = StreamableHTTPSessionManager(
-            app=build_server(self.engine, self.caller_factory),
+            app=build_server(self.engine, self.caller_factory, call=self.call),
             json_response=True,
             stateless=True,
             security_settings=self.security,

@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 from conftest import ServerThread, free_port
-from faces import HttpFace
+from faces import HttpFace, McpFace
 
 from integration.broker import deployment_config, drop_topics, require_broker, stop_processes
 from memstream.api.settings import Settings
@@ -117,7 +117,7 @@ async def script(face: HttpFace) -> list[Any]:
     return out
 
 
-async def reads(face: HttpFace) -> list[Any]:
+async def reads(face: HttpFace | McpFace) -> list[Any]:
     out = []
     for agent in AGENTS:
         for q in ("green tea", "printer paper jam", "billing database"):
@@ -141,6 +141,14 @@ async def test_kafka_mode_answers_as_the_embedded_server(deployment: Deployment,
         async with asyncio.timeout(240):
             got = await script(face)
         assert stable(got) == stable(expected)
+        # the MCP face of the router answers the reads exactly as its HTTP face
+        mcp = McpFace(deployment.url)
+        async with asyncio.timeout(240):
+            assert stable(await reads(mcp)) == stable(await reads(face))
+            stored = await mcp.call("store", {"agent_id": "fay", "content": "stored over MCP in Kafka mode"})
+            assert stored["result"] == "stored", stored
+            listed = await face.call("list_memories", {"agent_id": "fay", "limit": 50})
+            assert stored["id"] in [m["id"] for m in listed["memories"]]
     finally:
         await face.close()
 
