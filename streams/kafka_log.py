@@ -362,6 +362,7 @@ class KafkaLog:
                         break
                 if done:
                     break
+            consumer.pause(tp)  # no prefetching between reads: an idle reader costs nothing
         return out
 
     def _need_consumer(self) -> AIOKafkaConsumer:
