@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -350,8 +350,9 @@ def run_node(
     node = Node(cfg, settings, url=f"http://{host}:{bound}")
 
     class _Server(uvicorn.Server):
-        def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # faust owns the signals
-            return contextlib.nullcontext()
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:  # faust owns the signals
+            yield
 
     server = _Server(uvicorn.Config(node_app(node), log_level="warning", access_log=False, lifespan="off"))
 

@@ -24,6 +24,9 @@ CACHED_STATES = 2
 class View:
     """The read models at one point of the log."""
 
+    # Set from ``read_models()`` by name in ``__init__``; the ones this class itself uses:
+    vectors: Any
+
     def __init__(self, engine: Any, runner: ProjectionRunner, stop: int) -> None:
         self.engine = engine
         self.settings = engine.settings

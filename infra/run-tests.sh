@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 BIN="${VENV:-.venv}/bin"
 
 "$BIN/ruff" check .
+"$BIN/mypy" streams projections api
 
 # Headless Chromium for the audit page's browser test (skips without it unless
 # MEMSTREAM_REQUIRE_BROWSER is set).

@@ -83,7 +83,7 @@ class MemoriesProjection:
             return
         if t == "memory.stored":
             s = ev["scope"]
-            row = MemoryRow(
+            new = MemoryRow(
                 id=p["id"],
                 agent_id=s["agent_id"],
                 project_id=s["project_id"],
@@ -99,8 +99,8 @@ class MemoriesProjection:
                 author=ev["actor"]["client_id"],
                 embedding_model=_model(p),
             )
-            self.rows[row.id] = row
-            self.by_agent.setdefault(row.agent_id, {})[row.id] = None
+            self.rows[new.id] = new
+            self.by_agent.setdefault(new.agent_id, {})[new.id] = None
             return
         if t == "agent_data.deleted":
             for mid in p["memory_ids"]:

@@ -459,6 +459,7 @@ class VectorProjection:
             return  # at-least-once delivery: seen already
         p = ev["payload"]
         agent_id = ev["scope"]["agent_id"]
+        ag: _Agent | None
         if t == "memory.stored" or t == "episode.archived":
             ag = self._agent(agent_id)
             key = row_key(MEM if t == "memory.stored" else EP, p["id"])

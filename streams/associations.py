@@ -458,8 +458,8 @@ def _retract(
     for key in sorted(index.mentions):
         if key[0] in doomed:
             gone_men.setdefault(key, None)
-    for rid, key in sorted(index.relations.items()):
-        if (key[2] == "entity" and key[3] in doomed) or (key[5] == "entity" and key[6] in doomed):
+    for rid, rel in sorted(index.relations.items()):
+        if (rel[2] == "entity" and rel[3] in doomed) or (rel[5] == "entity" and rel[6] in doomed):
             gone_rel.setdefault(rid, None)
     removals["relations"] = sorted(gone_rel)
     removals["mentions"] = [[e, r] for e, r in sorted(gone_men)]

@@ -190,6 +190,7 @@ class DecisionState:
         st = self.agent(ev["scope"]["agent_id"])
         p = ev["payload"]
         t = ev["type"]
+        facts: MemoryFacts | None
         if t == "memory.stored":
             mid = p["id"]
             self._saw_id(mid)

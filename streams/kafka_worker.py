@@ -69,14 +69,14 @@ def create_app(
         cfg.commands_topic, key_serializer="raw", value_serializer="raw", partitions=cfg.partitions, internal=False
     )
 
-    @app.on_partitions_revoked.connect
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stubs want a keyword-only signal
     async def revoked(_app: Any, revoked: Any, **_: Any) -> None:
         parts = {tp.partition for tp in revoked if tp.topic == cfg.commands_topic}
         decider.forget(parts)
         if on_revoked is not None and parts:
             await on_revoked(parts)
 
-    @app.on_partitions_assigned.connect
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]  # as above
     async def assigned(_app: Any, assigned: Any, **_: Any) -> None:
         parts = {tp.partition for tp in assigned if tp.topic == cfg.commands_topic}
         decider.forget(parts)

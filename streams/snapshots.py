@@ -95,7 +95,7 @@ class SnapshotStore:
             with open(tmp, "wb") as f:
                 f.write(_BLOB_MAGIC + b" " * (_BLOB_HEADER - 1) + b"\n")
                 for part in parts:
-                    view = memoryview(part)
+                    view = memoryview(part)  # type: ignore[arg-type]  # parts are bytes-like or arrays
                     if view.nbytes == 0:
                         continue
                     view = view.cast("B")

@@ -53,7 +53,7 @@ def _time_bounds(cue: dict[str, Any] | None) -> tuple[datetime | None, datetime 
     unknown = set(cue) - {"after", "before", "confidence"}
     if unknown:
         raise InputError(f"time_cue has unsupported fields: {', '.join(sorted(unknown))} (use after / before)")
-    bounds = []
+    bounds: list[datetime | None] = []
     for key in ("after", "before"):
         raw = cue.get(key)
         if raw is None:

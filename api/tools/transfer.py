@@ -81,12 +81,12 @@ def command_seed(*parts: Any) -> str:
 
 def _vector_of(records: list[Any], model: str | None) -> tuple[str, bytes] | None:
     """The record's current vector: the last event that attached one of the row's model."""
-    found = None
+    found: tuple[str, bytes] | None = None
     for rec in records:
         if rec.vector is None:
             continue
         emb = orjson.loads(rec.value)["payload"].get("embedding")
-        if isinstance(emb, dict) and emb.get("model") == model:
+        if isinstance(emb, dict) and model is not None and emb.get("model") == model:
             found = (model, bytes(rec.vector))
     return found
 

@@ -70,6 +70,7 @@ def _metadata_problem(metadata: dict[str, Any] | None, limit: int, what: str = "
 
 async def store(engine: Any, caller: Caller, args: StoreArgs) -> dict[str, Any]:
     settings = engine.settings
+    source: dict[str, Any] | str | None  # the legacy message form also takes a plain string
     content, msg_id, source, timestamp, metadata = args.content, args.id, args.source, args.timestamp, args.metadata
     if args.message is not None:
         if any(v is not None for v in (content, msg_id, source, timestamp, metadata)):
