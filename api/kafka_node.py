@@ -268,8 +268,11 @@ class Node:
 
     # -- answering calls --------------------------------------------------------------------
 
-    def engine_for(self, agent_id: str) -> NodeEngine | None:
-        models = self.models.get(partition_for(agent_id, self.cfg.partitions))
+    def engine_for_call(self, args: Any) -> NodeEngine | None:
+        """The engine of the partition a call belongs to (see ``route_partition``), if owned."""
+        from memstream.api.kafka_router import route_partition
+
+        models = self.models.get(route_partition(args, self.cfg.partitions))
         return NodeEngine(self, models) if models is not None else None
 
 
@@ -285,8 +288,7 @@ def node_app(node: Node) -> Starlette:
             return json_response(failure(f"invalid JSON body: {exc}"), 400)
         if name in NOT_IN_KAFKA_MODE:
             return json_response(failure(f"{name} is not available in Kafka mode yet"), 501)
-        agent = args.get("agent_id") if isinstance(args, dict) else None
-        engine = node.engine_for(agent if isinstance(agent, str) and agent else "-")
+        engine = node.engine_for_call(args)
         if engine is None:
             return json_response(failure("not_owner", node=node.node_id), 421)
         caller: Caller = caller_of(request)

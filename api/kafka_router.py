@@ -38,6 +38,27 @@ FORWARD_DEADLINE_S = 45.0
 FORWARDED_HEADERS = ("x-client-id", "x-session-id", "idempotency-key", "authorization")
 
 
+def route_partition(args: Any, partitions: int) -> int:
+    """The partition a call belongs to: its ``agent_id``'s, else the partition a record id it
+    names was allocated in (ids are ``seq * partitions + partition + 1``, so every id carries
+    its partition), else the partition of the name ``-`` (the call is refused there as it
+    would be anywhere)."""
+    if isinstance(args, dict):
+        agent = args.get("agent_id")
+        if isinstance(agent, str) and agent:
+            return partition_for(agent, partitions)
+        for key in ("memory_id", "episode_id"):
+            ident = args.get(key)
+            if isinstance(ident, int) and not isinstance(ident, bool) and ident > 0:
+                return (ident - 1) % partitions
+        ref = args.get("ref")
+        if isinstance(ref, str):
+            _, _, digits = ref.partition(":")
+            if digits.isdigit() and int(digits) > 0:
+                return (int(digits) - 1) % partitions
+    return partition_for("-", partitions)
+
+
 class Owners:
     """Partition → the URL of the worker that last announced it, from the owners topic."""
 
@@ -113,8 +134,7 @@ class Router:
         return body
 
     async def forward_raw(self, name: str, args: Any, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
-        agent = args.get("agent_id") if isinstance(args, dict) else None
-        partition = partition_for(agent if isinstance(agent, str) and agent else "-", self.cfg.partitions)
+        partition = route_partition(args, self.cfg.partitions)
         end = time.monotonic() + self.deadline_s
         why = "no worker has announced this partition yet"
         while time.monotonic() < end:
