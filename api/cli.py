@@ -123,13 +123,16 @@ def serve(
 
 @main.command()
 @data_dir_option
-def mcp(data_dir: Path | None) -> None:
-    """Serve MCP over stdio (one process per agent host is fine: they share the data dir)."""
+@kafka_options(required=False)
+def mcp(data_dir: Path | None, bootstrap: str | None, prefix: str, partitions: int, replication: int) -> None:
+    """Serve MCP over stdio (one process per agent host is fine: they share the data dir); with
+    --kafka, every call goes to the `memstream worker` owning its agent."""
     from memstream.api.acl import AclConfigError
     from memstream.api.mcp_server import run_stdio
 
+    cfg = kafka_config(bootstrap, prefix, partitions, replication) if bootstrap else None
     try:
-        asyncio.run(run_stdio(_settings(data_dir)))
+        asyncio.run(run_stdio(_settings(data_dir), kafka=cfg))
     except AclConfigError as exc:
         raise click.ClickException(f"refusing to start: {exc}") from None
 

@@ -152,6 +152,23 @@ class Router:
         return 503, orjson.dumps(failure(f"log_unavailable: no worker answered for partition {partition} ({why})"))
 
 
+class RouterEngine:
+    """What a face that has no local engine holds in Kafka mode (``memstream mcp`` over stdio):
+    the router, started and closed like an engine."""
+
+    acl = None  # access control is not available in Kafka mode yet (docs/security.md)
+
+    def __init__(self, cfg: KafkaConfig) -> None:
+        self.router = Router(cfg)
+
+    async def start(self) -> None:
+        await self.router.owners.start()
+
+    async def close(self) -> None:
+        await self.router.owners.close()
+        await self.router.client.aclose()
+
+
 def router_app(cfg: KafkaConfig, *, host: str = "127.0.0.1") -> Starlette:
     from memstream.api.mcp_server import McpHttpApp
 

@@ -349,8 +349,13 @@ def build_server(
 # -- stdio --------------------------------------------------------------------------------------
 
 
-async def run_stdio(engine_settings: Any = None, *, caller_factory: CallerFactory | None = None) -> None:
+async def run_stdio(
+    engine_settings: Any = None, *, caller_factory: CallerFactory | None = None, kafka: Any = None
+) -> None:
     """Serve MCP over this process's stdin/stdout until stdin closes; then close the engine.
+
+    With ``kafka`` (a ``KafkaConfig``) there is no local engine: every tool call is forwarded
+    to the worker owning its agent, as ``memstream serve --kafka`` does for HTTP.
 
     SIGTERM/SIGINT stop the server the same way. The SDK reads stdin on a worker thread that
     cannot be interrupted, so if stdin is still open one second after the signal, the process
@@ -374,15 +379,23 @@ async def run_stdio(engine_settings: Any = None, *, caller_factory: CallerFactor
         callers = lambda _request: local  # noqa: E731
     else:
         callers = stdio_caller_factory()
-    engine = Engine(settings)
-    engine.acl = acl
+    engine: Any
+    remote: RemoteCall | None = None
+    if kafka is not None:
+        from memstream.api.kafka_router import RouterEngine
+
+        engine = RouterEngine(kafka)
+        remote = engine.router.call
+    else:
+        engine = Engine(settings)
+        engine.acl = acl
 
     async def serve() -> None:
         # Claim stdin/stdout first: from here on fd 1 points at stderr, so nothing the engine
         # prints while it starts can corrupt the protocol stream.
         async with stdio_server(stdin=cast(Any, _RescuingLines(_stdin_lines()))) as (read_stream, write_stream):
             await engine.start()
-            server = build_server(engine, callers)
+            server = build_server(engine, callers, call=remote)
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     loop = asyncio.get_running_loop()

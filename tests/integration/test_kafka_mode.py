@@ -239,3 +239,38 @@ async def test_replay_from_offset_zero_equals_the_workers_live_state(deployment:
     assert early.returncode == 0, early.stderr.decode()[-2000:]
     part = orjson.loads(early.stdout)["partitions"][str(p)]
     assert part["offset"] == 1 and part["digests"] != live[p]["digests"]
+
+
+async def test_mcp_over_stdio_in_kafka_mode(deployment: Deployment, tmp_path: Path) -> None:
+    """`memstream mcp --kafka`: an agent host's stdio MCP server with no data directory of its
+    own; every call goes to the worker owning its agent."""
+    import json
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    deployment.worker()
+    deployment.worker()
+    deployment.router()
+    await deployment.ready()
+    args = ["-m", "memstream.api.cli", "mcp", *deployment.kafka_args]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(tmp_path))
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with asyncio.timeout(120), Client(stdio_client(params, errlog=errlog)) as client:
+
+            async def call(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+                result = await client.call_tool(tool, arguments)
+                body: dict[str, Any] = json.loads(result.content[0].text)
+                return body
+
+            stored = await call("store", {"agent_id": "ada", "content": "the stdio host remembers the blue door"})
+            assert stored["result"] == "stored", stored
+            recalled = await call("recall", {"agent_id": "ada", "query": "blue door", "limit": 3})
+            assert recalled["messages"][-1]["content"] == "the stdio host remembers the blue door"
+    # the same memory, seen through the router's HTTP face
+    face = HttpFace(deployment.url)
+    try:
+        listed = await face.call("list_memories", {"agent_id": "ada"})
+        assert stored["id"] in [m["id"] for m in listed["memories"]]
+    finally:
+        await face.close()
