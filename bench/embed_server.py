@@ -142,6 +142,9 @@ def _is_loopback(host: str) -> bool:
 class _Handler(BaseHTTPRequestHandler):
     server: EmbedServer
     protocol_version = "HTTP/1.1"  # keep-alive: clients reuse one connection
+    # Headers and body go out in two sends: without TCP_NODELAY the second waits for the
+    # client's delayed ACK, adding ~40 ms to every answer (measured: p50 44 ms vs 0.55 ms).
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt: str, *args: object) -> None:
         if self.server.verbose:
