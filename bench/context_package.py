@@ -18,6 +18,8 @@ Usage (repo root, project venv)::
 
     python bench/context_package.py --max-docs 300 --max-queries 30            # tiny
     python bench/context_package.py --budgets 64,256,1024 --embedder none      # lexical only
+    python bench/context_package.py --max-docs 5000 --max-queries 400 --set examples \
+        --budgets 32,64,128,512,2000 --out bench/results/context_package_examples.json   # whole set
 
 Writes ``bench/results/context_package.json`` (``--out``) and prints a table.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import statistics
 import sys
@@ -49,6 +52,7 @@ AGENT = "bench"
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    load_start = [round(x, 2) for x in os.getloadavg()]
     ds = subset(load_dataset(), args.max_docs, args.max_queries)
     queries = ds.query_sets[args.set]
     budgets = [int(b) for b in args.budgets.split(",")]
@@ -116,7 +120,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "recall_at_limit": round(retrieved / n, 4) if n else None,
         "store_seconds": round(stored_s, 2),
         "budgets": rows,
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "loadavg_start": load_start,
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "command": "python bench/context_package.py " + " ".join(sys.argv[1:]),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
