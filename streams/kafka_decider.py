@@ -8,17 +8,19 @@ whatever a previous owner appended is seen before anything is decided. Then, per
 1. decide every command in arrival order, folding its events into the state at once (the next
    command of the batch sees them) with the offsets they will get: this decider is the only
    writer of its partition of the events and audit topics;
-2. append the events and audit records (idempotent producer, ``acks=all``) and check that
-   they landed at exactly those offsets;
-3. only then reply to each submitter.
+2. queue the events and audit records in the idempotent producer (``acks=all``, order kept),
+   and go on to the next batch while their acknowledgements are in flight;
+3. in a completion chained to the previous batch's, wait for the acknowledgements, check the
+   records landed at exactly the expected offsets, and only then reply to each submitter.
 
 A failed append, or records landing elsewhere than expected (another writer: a zombie owner
-after a rebalance), drops the partition's state, so the next command folds it afresh from the
-topics; the commands of the failed batch get no reply and are decided again when redelivered.
-Delivery is at least once: a command redelivered after a crash (its offset was not committed)
-is recognised by its command id in the folded state and answered with its first outcome,
-appending nothing (W9). That is what makes a decision exactly-once in effect without Kafka
-transactions.
+after a rebalance), means the state folded records the log does not hold: the decider refuses
+every later batch and the worker stops, so its partitions move and are folded afresh from the
+topics elsewhere. Nothing unacknowledged was replied to; its submitters time out and retry with
+the same command id. Delivery is at least once: a command seen again (redelivered after a
+crash, or retried by its submitter) is recognised by its command id in the folded state and
+answered with its first outcome, appending nothing (W9). That is what makes a decision
+exactly-once in effect without Kafka transactions.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from memstream.streams.decide_step import NewAudit, NewEvent, decide_and_fold
 from memstream.streams.decision import DecisionState, Limits
 from memstream.streams.events import AuditRecord, decode
 from memstream.streams.kafka_codec import CodecError, decode_item, encode_reply
-from memstream.streams.kafka_log import KafkaLog, KafkaLogError, OutRecord
+from memstream.streams.kafka_log import Appended, KafkaLog, KafkaLogError, OutRecord
 from memstream.streams.log import Committed
 
 log = logging.getLogger(__name__)
@@ -93,7 +95,9 @@ class KafkaDecider:
         self.states: dict[int, DecisionState] = {}
         self.decided = 0
         self.batches = 0
-        self.busy_s = 0.0  # time spent deciding, appending and replying
+        self.busy_s = 0.0  # time spent deciding and queueing appends
+        self._completing: asyncio.Task[None] | None = None  # the last batch's acks and replies
+        self.failure: BaseException | None = None
 
     def forget(self, partitions: Iterable[int]) -> None:
         """Partitions assigned or revoked: their state is folded afresh at their next command."""
@@ -101,6 +105,8 @@ class KafkaDecider:
             self.states.pop(p, None)
 
     async def handle(self, batch: Sequence[Incoming]) -> None:
+        if self.failure is not None:
+            raise self.failure  # stops the agent, and with it the worker (see _complete)
         if not self.kafka.started:
             await self.kafka.start()  # the worker's first batch: connect its producer and reader
         started = time.perf_counter()
@@ -136,22 +142,18 @@ class KafkaDecider:
                     continue
                 if reply_to is not None:
                     replies.append((reply_to, item.command_id, committed))
-            await self._append(partition, events, audits)
+            pending = await self._enqueue(events, audits)
         except BaseException:
             self.states.pop(partition, None)  # folded ahead of the log: fold afresh next time
             raise
         self.decided += len(items)
-        if replies:
-            # Not waited for: a lost reply is a submitter's timeout, repaired by its retry with
-            # the same command id (answered from the folded state), exactly as after a crash.
-            await self.kafka.send(
-                self.kafka.cfg.replies_topic,
-                [OutRecord(r, cid.encode(), encode_reply(cid, out), []) for r, cid, out in replies],
-                wait=False,
-            )
+        # The next batch is decided while this one's acknowledgements are in flight; replies
+        # go out only once they arrived, in batch order (each completion waits for the last).
+        previous = self._completing
+        self._completing = asyncio.create_task(self._complete(previous, partition, events, audits, pending, replies))
 
-    async def _append(self, partition: int, events: list[NewEvent], audits: list[NewAudit]) -> None:
-        """Both topics at once (one round of acks), then check every record's offset."""
+    async def _enqueue(self, events: list[NewEvent], audits: list[NewAudit]) -> list[asyncio.Future[Any]]:
+        """Queue the events and audit records in the producer (order kept per partition)."""
         cfg = self.kafka.cfg
         event_records = [
             OutRecord(
@@ -171,16 +173,44 @@ class KafkaDecider:
             )
             for a in audits
         ]
-        landed_events, landed_audits = await asyncio.gather(
-            self.kafka.send(cfg.events_topic, event_records) if events else _nothing(),
-            self.kafka.send(cfg.audit_topic, audit_records) if audits else _nothing(),
-        )
-        _check_landed("events", partition, [e.offset for e in events], landed_events)
-        _check_landed("audit", partition, [a.offset for a in audits], landed_audits)
+        futures = await self.kafka.enqueue(cfg.events_topic, event_records) if events else []
+        futures += await self.kafka.enqueue(cfg.audit_topic, audit_records) if audits else []
+        return futures
 
-
-async def _nothing() -> list[Any]:
-    return []
+    async def _complete(
+        self,
+        previous: asyncio.Task[None] | None,
+        partition: int,
+        events: list[NewEvent],
+        audits: list[NewAudit],
+        pending: list[asyncio.Future[Any]],
+        replies: list[tuple[int, str, Committed]],
+    ) -> None:
+        try:
+            if previous is not None:
+                await previous
+            metas = await asyncio.gather(*pending)
+            landed = [Appended(m.partition, m.offset) for m in metas]
+            _check_landed("events", partition, [e.offset for e in events], landed[: len(events)])
+            _check_landed("audit", partition, [a.offset for a in audits], landed[len(events) :])
+        except BaseException as exc:
+            # The state folded records that are not (all) in the log. Deciding on would build on
+            # them: the worker stops (its partitions move; their states are folded afresh from the
+            # topics there). Submitters of the unanswered commands time out and retry with the
+            # same command id, answered from the log's state.
+            self.states.pop(partition, None)
+            if self.failure is None:
+                self.failure = exc
+                log.critical("append failed on partition %d; the worker stops: %s", partition, exc)
+            raise
+        if replies:
+            # Not waited for: a lost reply is a submitter's timeout, repaired by its retry with
+            # the same command id (answered from the folded state), exactly as after a crash.
+            await self.kafka.send(
+                self.kafka.cfg.replies_topic,
+                [OutRecord(r, cid.encode(), encode_reply(cid, out), []) for r, cid, out in replies],
+                wait=False,
+            )
 
 
 def _check_landed(what: str, partition: int, expected: list[int], landed: Sequence[Any]) -> None:

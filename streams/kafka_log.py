@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -247,6 +247,16 @@ class KafkaLog:
 
     def partition_of(self, agent_id: str) -> int:
         return partition_for(agent_id, self.num_partitions)
+
+    async def enqueue(self, topic: str, records: Sequence[OutRecord]) -> list[asyncio.Future[Any]]:
+        """Queue records in order in the producer; each future resolves when its record is
+        acknowledged by all in-sync replicas (to its metadata: partition and offset)."""
+        if self._producer is None:
+            raise KafkaLogError("KafkaLog.start() was not called")
+        return [
+            await self._producer.send(topic, value=r.value, key=r.key, partition=r.partition, headers=r.headers)
+            for r in records
+        ]
 
     async def send(self, topic: str, records: Sequence[OutRecord], *, wait: bool = True) -> list[Appended]:
         """Send records in order; returns where each landed once every one is acknowledged by

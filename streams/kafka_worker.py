@@ -7,15 +7,16 @@ commands) and hands them to ``KafkaDecider``. Faust's own exactly-once mode is n
 (``processing_guarantee`` stays at-least-once): idempotence comes from command ids folded into
 the decision state, which survives any crash because it is the log's own fold.
 
-A failure the decider cannot recover from by itself (the cluster unreachable for longer than
-the producer's timeout) propagates out of the agent and stops the worker, so its partitions
-move to a healthy one and the uncommitted commands are decided there.
+A failure the decider cannot recover from by itself (an append that failed after the
+producer's retries) stops the worker process at once, so its partitions move to a healthy one
+whose state is folded from the topics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -89,9 +90,16 @@ def create_app(
     @app.agent(commands)
     async def decide(stream: Any) -> None:
         async for batch in stream.take_events(BATCH, within=BATCH_WAIT_S):
-            await decider.handle(
-                [Incoming(e.message.partition, e.message.offset, e.message.value, e.message.headers) for e in batch]
-            )
+            try:
+                await decider.handle(
+                    [Incoming(e.message.partition, e.message.offset, e.message.value, e.message.headers) for e in batch]
+                )
+            except Exception:
+                # The decider's state is ahead of the log (a failed append): no later decision
+                # may build on it. Stop now; the group moves the partitions to a healthy worker.
+                log.critical("the decider cannot go on; the worker stops", exc_info=True)
+                logging.shutdown()
+                os._exit(70)
 
     return app, decider
 
