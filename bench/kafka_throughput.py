@@ -3,7 +3,7 @@ workers, against the embedded server on the same machine in the same run (the ba
 
     bash infra/kafka-local.sh start
     python bench/kafka_throughput.py                      # 1 and 2 workers, 8 clients, 4,000 stores
-    python bench/kafka_throughput.py --stores 800 --trials 50 --workers 1   # a quick check
+    python bench/kafka_throughput.py --stores 800 --trials 50 --workers 1 --rebuild-events 0   # quick
 
 Everything is real processes on loopback: `memstream worker` ×N, `memstream serve --kafka`
 (the router) and clients speaking raw HTTP/1.1 to it. Embedding is excluded
@@ -190,6 +190,50 @@ async def drop_topics(prefix: str) -> None:
         await admin.close()
 
 
+async def rebuild_run(events: int, partitions: int) -> dict[str, Any]:
+    """Replay rate on a topic of ``events`` decided stores (64 agents, 64-dim vectors), written
+    straight through the log adapter (deciding them through workers would take minutes)."""
+    import numpy as np
+
+    from memstream.api.kafka_replay import rebuild_partitions
+    from memstream.streams import commands as c
+    from memstream.streams.decide_step import NewAudit, NewEvent, decide_and_fold
+    from memstream.streams.decision import DecisionState, Limits
+    from memstream.streams.events import Actor, Embedding, Scope, utcnow
+    from memstream.streams.kafka_log import KafkaConfig, KafkaLog, ensure_topics
+
+    prefix = f"memstream-bench-{uuid.uuid4().hex[:8]}"
+    cfg = KafkaConfig(bootstrap=BOOTSTRAP, prefix=prefix, partitions=partitions)
+    await ensure_topics(cfg)
+    kafka = KafkaLog(cfg)
+    await kafka.start()
+    try:
+        state = DecisionState(partitions)
+        rng = np.random.default_rng(7)
+        written = 0
+        while written < events:
+            out: list[NewEvent] = []
+            audits: list[NewAudit] = []
+            for i in range(written, min(events, written + 2000)):
+                vec = Embedding.from_vector("bench-64", rng.standard_normal(64).astype(np.float32))
+                cmd = c.StoreMemory(
+                    command_id=f"r{i}",
+                    scope=Scope(agent_id=AGENTS[i % len(AGENTS)]),
+                    actor=Actor(client_id="bench"),
+                    received_at=utcnow(),
+                    content=f"note {i}: the deploy key for service {i % 97} rotates weekly",
+                    embedding=vec,
+                )
+                decide_and_fold(state, cmd, Limits(), out, audits)
+            await kafka.append([(e.agent, e.type, e.value, e.vector) for e in out])
+            written += len(out)
+        rebuilt = await rebuild_partitions(cfg)
+        return {k: rebuilt[k] for k in ("events", "seconds", "events_per_second")}
+    finally:
+        await kafka.close()
+        await drop_topics(prefix)
+
+
 async def embedded_run(args: argparse.Namespace) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="memstream-bench-embedded-"))
     env = {**os.environ, "MEMSTREAM_EMBEDDER": "none", "MEMSTREAM_DATA_DIR": str(data)}
@@ -228,6 +272,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         report["ratios"]["stores_2w_over_1w"] = round(
             runs[2]["store"]["stores_per_s"] / runs[1]["store"]["stores_per_s"], 2
         )
+    if args.rebuild_events:
+        report["rebuild_large_topic"] = await rebuild_run(args.rebuild_events, args.partitions)
     report["loadavg_end"] = list(os.getloadavg())
     return report
 
@@ -239,6 +285,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--partitions", type=int, default=16)
+    ap.add_argument("--rebuild-events", type=int, default=200_000, help="replay rate on a topic this large (0: skip)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kafka.json")
     args = ap.parse_args()
     report = asyncio.run(main_async(args))
