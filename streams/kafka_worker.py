@@ -1,4 +1,5 @@
-"""``memstream worker``: a faust-streaming worker running the decider as a faust agent.
+"""The faust app of a ``memstream worker``: the decider as a faust agent, and the hooks the
+worker's read side (``api/kafka_node.py``) uses to follow the partitions it is given.
 
 Workers of one deployment form one consumer group on the commands topic and split its
 partitions; faust rebalances them when a worker joins, leaves or dies (after the session
@@ -14,7 +15,6 @@ whose state is folded from the topics.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,7 +24,7 @@ import faust
 
 from memstream.streams.decision import Limits
 from memstream.streams.kafka_decider import Incoming, KafkaDecider
-from memstream.streams.kafka_log import KafkaConfig, KafkaLog, ensure_topics
+from memstream.streams.kafka_log import KafkaConfig, KafkaLog
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +103,3 @@ def create_app(
 
     return app, decider
 
-
-def run_worker(
-    cfg: KafkaConfig, *, limits: Limits | None = None, loglevel: str = "WARNING", session_timeout_s: float = 10.0
-) -> None:
-    """Create the topics if needed, then run a decider worker until SIGTERM/SIGINT (blocks)."""
-    asyncio.run(ensure_topics(cfg))
-    app, _ = create_app(cfg, limits=limits, session_timeout_s=session_timeout_s, heartbeat_s=session_timeout_s / 10)
-    faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
