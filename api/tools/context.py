@@ -19,8 +19,9 @@ from memstream.api.engine import mark_failure
 from memstream.api.recall.gate import GateConfig, keyed_signal
 from memstream.api.recall.pipeline import RecallRequest, RecallResult, row_of, run_recall
 from memstream.api.tokens import TOKENIZER
-from memstream.api.tools.common import Flag, Id, Name, WriteArgs, envelope
+from memstream.api.tools.common import Flag, Id, Name, envelope
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
+from memstream.api.tools.writes import MemoryIdArgs, memory_owner
 from memstream.projections.scope import ScopeFilter
 from memstream.streams import commands as c
 from memstream.streams.events import parse_ref, parse_time
@@ -181,18 +182,14 @@ def _visible(engine: Any, scope: ScopeFilter, ref: str) -> bool:
 # -- verify_memory ----------------------------------------------------------------------------
 
 
-class VerifyArgs(WriteArgs):
-    agent_id: Name | None = Field(default=None, description="Owner check: only this agent's memory is touched.")
+class VerifyArgs(MemoryIdArgs):
     memory_id: Id = Field(description="The memory re-checked against its source.")
     note: Annotated[StrictStr, Field(max_length=4000)] | None = Field(default=None, description="How it was checked.")
 
 
 async def verify_memory(engine: Any, caller: Caller, args: VerifyArgs) -> dict[str, Any]:
     """Mark a memory verified now: freshness (packets' ``stale``) counts from here."""
-    owner = args.agent_id
-    if not owner:
-        row = await engine.read(lambda: engine.memories.rows.get(args.memory_id))
-        owner = row.agent_id if row is not None else None
+    owner = await memory_owner(engine, args)
     if owner is None:
         mark_failure("not_found")
         return {"ok": False, "error": f"Memory {args.memory_id} not found"}

@@ -153,7 +153,7 @@ class UpdateArgs(MemoryIdArgs):
     content: StrictStr = Field(description="The new text (re-embedded).")
 
 
-async def _owner(engine: Any, args: MemoryIdArgs) -> str | None:
+async def memory_owner(engine: Any, args: MemoryIdArgs) -> str | None:
     """The agent whose partition decides this edit: the caller's claim, or the memory's owner."""
     if args.agent_id:
         return args.agent_id
@@ -184,7 +184,7 @@ async def update_memory(engine: Any, caller: Caller, args: UpdateArgs) -> dict[s
     if not cleaned:
         return {"ok": False, "error": "Content cannot be empty after sanitization"}
     cleaned, truncated = cap(cleaned, engine.settings.max_content_chars)
-    owner = await _owner(engine, args)
+    owner = await memory_owner(engine, args)
     if owner is None:
         mark_failure("not_found")
         return {"ok": False, "error": f"Memory {args.memory_id} not found"}
@@ -203,7 +203,7 @@ async def update_memory(engine: Any, caller: Caller, args: UpdateArgs) -> dict[s
 
 def _simple_edit(command: type[c.Command], key: str, verb: str) -> Any:
     async def run(engine: Any, caller: Caller, args: MemoryIdArgs) -> dict[str, Any]:
-        owner = await _owner(engine, args)
+        owner = await memory_owner(engine, args)
         if owner is None:
             mark_failure("not_found")
             return {"ok": False, "error": f"Memory {args.memory_id} not found"}
