@@ -133,7 +133,37 @@ class Router:
         body: dict[str, Any] = orjson.loads(content)
         return body
 
+    async def health(self) -> dict[str, Any]:
+        """``check_health`` of a Kafka deployment, as this router sees it: one verdict, from
+        whether every partition has an owner that answers."""
+        issues: list[dict[str, Any]] = []
+        owners = dict(self.owners.urls)
+        missing = [p for p in range(self.cfg.partitions) if p not in owners]
+        if missing:
+            issues.append({"check": "owners", "severity": "critical", "detail": f"no worker owns partitions {missing}"})
+        answering = 0
+        for url in sorted(set(owners.values())):
+            try:
+                r = await self.client.get(f"{url}/health", timeout=2.0)
+                answering += r.status_code == 200
+                if r.status_code != 200:
+                    issues.append({"check": "workers", "severity": "warn", "detail": f"{url} answered {r.status_code}"})
+            except httpx.TransportError as exc:
+                issues.append({"check": "workers", "severity": "warn", "detail": f"{url}: {type(exc).__name__}"})
+        severities = {i["severity"] for i in issues}
+        status = "unhealthy" if "critical" in severities else "degraded" if "warn" in severities else "healthy"
+        stats = {
+            "mode": "kafka",
+            "partitions": self.cfg.partitions,
+            "partitions_with_owner": self.cfg.partitions - len(missing),
+            "workers_answering": answering,
+        }
+        return {"status": status, "checks_run": ["owners", "workers"], "issues": issues, "stats": stats}
+
     async def forward_raw(self, name: str, args: Any, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        if name == "check_health":  # the deployment's health is the router's to tell, not one worker's
+            verdict = await self.health()
+            return (503 if verdict["status"] == "unhealthy" else 200), orjson.dumps(verdict)
         partition = route_partition(args, self.cfg.partitions)
         end = time.monotonic() + self.deadline_s
         why = "no worker has announced this partition yet"
@@ -182,9 +212,9 @@ def router_app(cfg: KafkaConfig, *, host: str = "127.0.0.1") -> Starlette:
         return await router.forward(name, await request.body(), headers)
 
     async def health(request: Request) -> Response:
-        known = sorted(router.owners.urls)
-        status = "healthy" if len(known) == cfg.partitions else "degraded"
-        return json_response({"status": status, "mode": "kafka", "partitions_with_owner": len(known)})
+        verdict = await router.health()
+        body = {**verdict, "partitions_with_owner": verdict["stats"]["partitions_with_owner"]}
+        return json_response(body, 503 if verdict["status"] == "unhealthy" else 200)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -149,6 +149,12 @@ async def test_kafka_mode_answers_as_the_embedded_server(deployment: Deployment,
             assert stored["result"] == "stored", stored
             listed = await face.call("list_memories", {"agent_id": "fay", "limit": 50})
             assert stored["id"] in [m["id"] for m in listed["memories"]]
+            # check_health is the deployment's verdict, answered by the router on both faces
+            for f in (face, mcp):
+                health = await f.call("check_health", {})
+                assert health["status"] == "healthy", health
+                assert health["stats"]["partitions_with_owner"] == PARTITIONS
+                assert health["stats"]["workers_answering"] == 2
     finally:
         await face.close()
 
