@@ -39,6 +39,7 @@ from starlette.routing import Route
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.embedders import Embedders
 from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED, read_models
+from memstream.api.kafka_routing import route_partition
 from memstream.api.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
 from memstream.api.tools.registry import Caller
@@ -270,8 +271,6 @@ class Node:
 
     def engine_for_call(self, args: Any) -> NodeEngine | None:
         """The engine of the partition a call belongs to (see ``route_partition``), if owned."""
-        from memstream.api.kafka_router import route_partition
-
         models = self.models.get(route_partition(args, self.cfg.partitions))
         return NodeEngine(self, models) if models is not None else None
 

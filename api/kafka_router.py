@@ -27,36 +27,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from memstream.api.http_app import TOOL_ROUTES, json_response
+from memstream.api.kafka_routing import route_partition
 from memstream.api.tools.dispatch import failure
 from memstream.api.tools.registry import Caller
 from memstream.streams.kafka_log import KafkaConfig, ensure_topics
-from memstream.streams.log import partition_for
 
 log = logging.getLogger(__name__)
 
 FORWARD_DEADLINE_S = 45.0
 FORWARDED_HEADERS = ("x-client-id", "x-session-id", "idempotency-key", "authorization")
-
-
-def route_partition(args: Any, partitions: int) -> int:
-    """The partition a call belongs to: its ``agent_id``'s, else the partition a record id it
-    names was allocated in (ids are ``seq * partitions + partition + 1``, so every id carries
-    its partition), else the partition of the name ``-`` (the call is refused there as it
-    would be anywhere)."""
-    if isinstance(args, dict):
-        agent = args.get("agent_id")
-        if isinstance(agent, str) and agent:
-            return partition_for(agent, partitions)
-        for key in ("memory_id", "episode_id"):
-            ident = args.get(key)
-            if isinstance(ident, int) and not isinstance(ident, bool) and ident > 0:
-                return (ident - 1) % partitions
-        ref = args.get("ref")
-        if isinstance(ref, str):
-            _, _, digits = ref.partition(":")
-            if digits.isdigit() and int(digits) > 0:
-                return (int(digits) - 1) % partitions
-    return partition_for("-", partitions)
 
 
 class Owners:

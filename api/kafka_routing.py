@@ -1,0 +1,29 @@
+"""Which partition a tool call belongs to in Kafka mode: shared by the router, which forwards
+the call to that partition's owner, and by the worker, which answers it from that partition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memstream.streams.log import partition_for
+
+
+def route_partition(args: Any, partitions: int) -> int:
+    """The partition a call belongs to: its ``agent_id``'s, else the partition a record id it
+    names was allocated in (ids are ``seq * partitions + partition + 1``, so every id carries
+    its partition), else the partition of the name ``-`` (the call is refused there as it
+    would be anywhere)."""
+    if isinstance(args, dict):
+        agent = args.get("agent_id")
+        if isinstance(agent, str) and agent:
+            return partition_for(agent, partitions)
+        for key in ("memory_id", "episode_id"):
+            ident = args.get(key)
+            if isinstance(ident, int) and not isinstance(ident, bool) and ident > 0:
+                return (ident - 1) % partitions
+        ref = args.get("ref")
+        if isinstance(ref, str):
+            _, _, digits = ref.partition(":")
+            if digits.isdigit() and int(digits) > 0:
+                return (int(digits) - 1) % partitions
+    return partition_for("-", partitions)
