@@ -11,14 +11,14 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pytest
 
-from integration.broker import deployment_config, drop_topics, require_broker, stop_processes
+from integration.broker import stop_processes
 from memstream.streams import commands as c
 from memstream.streams.events import Actor, AuditRecord, Embedding, Scope, decode, new_id
 from memstream.streams.kafka_bus import KafkaCommandBus
@@ -29,14 +29,6 @@ pytestmark = [pytest.mark.kafka]
 
 PARTITIONS = 3
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-async def cfg() -> AsyncIterator[KafkaConfig]:
-    await require_broker()
-    config = deployment_config(PARTITIONS)
-    yield config
-    await drop_topics(config.prefix)
 
 
 class Workers:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import numpy as np
@@ -17,9 +16,6 @@ from integration.broker import (
     BOOTSTRAP,
     TEST_REPLICATION,
     TEST_TIMEOUT_S,
-    deployment_config,
-    drop_topics,
-    require_broker,
 )
 from memstream.streams import commands as c
 from memstream.streams.decision import DecideContext, DecisionState, Limits, decide
@@ -31,14 +27,6 @@ pytestmark = [pytest.mark.kafka]
 
 PARTITIONS = 3
 AGENTS = [f"agent-{i}" for i in range(7)]
-
-
-@pytest.fixture
-async def cfg() -> AsyncIterator[KafkaConfig]:
-    await require_broker()
-    config = deployment_config(PARTITIONS)
-    yield config
-    await drop_topics(config.prefix)
 
 
 def decided_events(n_per_agent: int) -> list[tuple[str, str, bytes, bytes | None]]:

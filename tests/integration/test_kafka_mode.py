@@ -9,7 +9,7 @@ import asyncio
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 from conftest import ServerThread, free_port
 from faces import HttpFace, McpFace
 
-from integration.broker import deployment_config, drop_topics, require_broker, stop_processes
+from integration.broker import stop_processes
 from memstream.api.settings import Settings
 from memstream.streams.kafka_log import KafkaConfig
 
@@ -30,14 +30,6 @@ PARTITIONS = 16  # the embedded default, so ids are allocated identically in bot
 AGENTS = ["ada", "bob", "cy", "dee", "eve", "fay"]
 TOPICS = ["deploy key rotation", "green tea mornings", "billing database", "printer paper jam", "vpn certificate"]
 VOLATILE = {"timestamp", "created_at", "updated_at", "as_of", "elapsed_ms"}
-
-
-@pytest.fixture
-async def cfg() -> AsyncIterator[KafkaConfig]:
-    await require_broker()
-    config = deployment_config(PARTITIONS)
-    yield config
-    await drop_topics(config.prefix)
 
 
 class Deployment:
