@@ -253,9 +253,10 @@ async def test_a7_stale_until_verified(settings: Settings) -> None:
             for text in FILLER:
                 await _store(face, agent, text)
             target = await _store(face, agent, "the vpn certificate expires in october")
-            await asyncio.sleep(1.3)
             q = {"agent_id": agent, "query": "vpn certificate expires october"}
-            body = await face.call("context_packet", q)
+            async with asyncio.timeout(30):  # until the 1 s staleness window has passed
+                while "know" in (body := await face.call("context_packet", q)):
+                    await asyncio.sleep(0.1)
             ref = f"mem:{target['id']}"
             assert body["miss"]["reason"] == "stale" and body["miss"]["refresh_targets"][0] == ref, body
             assert body["stale_risk"][0]["status"] == "stale_risk" and body["verified"] == []

@@ -15,7 +15,7 @@ from pydantic import Field, StrictStr
 
 from memstream.api.tools.common import Flag, Name
 from memstream.api.tools.reads import AS_OF_HELP, AsOf
-from memstream.api.tools.recall import Limit, RecallArgs, _recall
+from memstream.api.tools.recall import Limit, _recall, recall_args_from
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 
 
@@ -35,8 +35,7 @@ class RecallFleetArgs(ToolArgs):
 async def recall_fleet(engine: Any, caller: Caller, args: RecallFleetArgs) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     for agent in dict.fromkeys(args.agent_ids):  # each agent once, in the order named
-        shared = args.model_dump(include=set(RecallArgs.model_fields) - {"agent_id"}, exclude_unset=True)
-        inner = RecallArgs(agent_id=agent, **shared)
+        inner = recall_args_from(args, agent_id=agent)
         body, _ = await _recall(engine, inner)
         if body.get("ok") is False:
             return {**body, "agent_id": agent}

@@ -258,18 +258,14 @@ def chronological(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return undated + dated
 
 
+def recall_args_from(args: ToolArgs, **overrides: Any) -> RecallArgs:
+    """The plain recall a composite recall tool runs: every argument the two share, as given."""
+    shared = args.model_dump(include=set(RecallArgs.model_fields) - set(overrides))
+    return RecallArgs(**shared, **overrides)
+
+
 async def recall_with_context(engine: Any, caller: Caller, args: RecallWithContextArgs) -> dict[str, Any]:
-    inner = RecallArgs(
-        agent_id=args.agent_id,
-        query=args.query,
-        limit=args.limit,
-        deep=args.deep,
-        channel=args.channel,
-        project_id=args.project_id,
-        source_id=args.source_id,
-        full_content=args.full_content,
-        session_key=args.session_key,
-    )
+    inner = recall_args_from(args)
     body, _ = await _recall(engine, inner)
     if body.get("ok") is False:
         return body
