@@ -6,9 +6,10 @@ the agents whose commands the worker decides. For each such partition the node k
 set of read models (``read_models()``, as the embedded engine does), folded from the events
 topic from offset 0 by one tailing consumer, and answers every tool call for those agents over
 HTTP with the same tool code as the embedded server (``NodeEngine`` gives it the engine's
-surface over one partition). Writes a node receives go through its own ``KafkaCommandBus``:
-the command lands on the commands topic and is decided by whichever worker owns the partition
-(normally this one).
+surface over one partition). Writes a node receives for a partition its worker owns are
+decided in-process by the worker's decider (``KafkaDecider.submit_local``: same step, same
+appends, no round trip through the commands and replies topics); any other write goes through
+the node's ``KafkaCommandBus`` to whichever worker owns the partition.
 
 The read models are not a faust agent: a faust agent resumes from its group's committed
 offset, while in-memory read models must fold from the beginning (there are no checkpoints
@@ -49,6 +50,7 @@ from memstream.streams.decision import Limits
 from memstream.streams.embedding import Embedder
 from memstream.streams.events import AuditRecord, Embedding, decode
 from memstream.streams.kafka_bus import KafkaCommandBus
+from memstream.streams.kafka_decider import KafkaDecider, NotOwned
 from memstream.streams.kafka_log import KafkaConfig, KafkaLog, OutRecord
 from memstream.streams.log import Committed, partition_for
 
@@ -118,7 +120,7 @@ class NodeEngine:
         raise InputError("as_of is not available in Kafka mode yet")
 
     async def submit(self, command: Command) -> Committed:
-        committed = await self.node.bus.submit(command)
+        committed = await self.node.submit(command)
         if committed.offset is not None:
             p = partition_for(command.scope.agent_id, self.node.cfg.partitions)
             self.node.acked[p] = max(self.node.acked.get(p, -1), committed.offset)
@@ -128,7 +130,7 @@ class NodeEngine:
         return committed
 
     async def refuse(self, record: AuditRecord) -> None:
-        await self.node.bus.record_refusal(record)
+        await self.node.submit(record)
 
     @property
     def embedder(self) -> Embedder:
@@ -178,7 +180,7 @@ class Node:
         self.models: dict[int, PartitionModels] = {}
         self.acked: dict[int, int] = {}  # partition -> highest event offset this node had acknowledged
         self.generation = 0
-        self.decider: Any = None  # the worker's KafkaDecider, for its figures on /health
+        self.decider: KafkaDecider | None = None  # the worker's, set by run_node
         self._consumer: AIOKafkaConsumer | None = None
         self._tail: asyncio.Task[None] | None = None
         self._started = False
@@ -211,6 +213,20 @@ class Node:
         await self.bus.close()
         await self.announcer.close()
         self.embedders.close()
+
+    async def submit(self, item: Command | AuditRecord) -> Committed:
+        """Decide a write (or record a refusal): in-process when this worker owns the agent's
+        partition (``KafkaDecider.submit_local``), else through the commands topic."""
+        partition = partition_for(item.scope.agent_id, self.cfg.partitions)
+        if self.decider is not None and self.decider.owns(partition):
+            try:
+                committed: Committed = await self.decider.submit_local(partition, item)
+                return committed
+            except NotOwned:
+                pass  # the partition moved while the write waited: its new owner decides it
+        if isinstance(item, AuditRecord):
+            return await self.bus.record_refusal(item)
+        return await self.bus.submit(item)
 
     # -- following the group's assignment ---------------------------------------------------
 
@@ -370,4 +386,8 @@ def run_node(
         tasks=[serve],
     )
     log.warning("memstream worker %s answering at %s", node.node_id, node.url)
-    faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    # faust's terminal spinner sets the root logger to DEBUG (to spin on every record), so every
+    # debug line of aiokafka would be formatted: about a tenth of a busy worker's CPU.
+    worker.spinner = None
+    worker.execute_from_commandline()

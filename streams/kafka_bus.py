@@ -94,9 +94,9 @@ class KafkaCommandBus:
         value, headers = encode_command(command, self.reply_partition)
         return await self._send(command.scope.agent_id, command.command_id, value, headers)
 
-    async def record_refusal(self, record: AuditRecord) -> None:
+    async def record_refusal(self, record: AuditRecord) -> Committed:
         value, headers = encode_refusal(record, self.reply_partition)
-        await self._send(record.scope.agent_id, record.command_id, value, headers)
+        return await self._send(record.scope.agent_id, record.command_id, value, headers)
 
     async def _send(self, agent_id: str, command_id: str, value: bytes, headers: list[tuple[str, bytes]]) -> Committed:
         if self._task is None:

@@ -21,6 +21,15 @@ the same command id. Delivery is at least once: a command seen again (redelivere
 crash, or retried by its submitter) is recognised by its command id in the folded state and
 answered with its first outcome, appending nothing (W9). That is what makes a decision
 exactly-once in effect without Kafka transactions.
+
+Commands a worker's own query face receives for a partition the worker owns skip the commands
+topic (``submit_local``): they join the same per-partition sequence as the topic's batches
+(one lock per decider, so the two paths never interleave inside a batch), are decided by the
+same step, appended the same way, and answered in-process once their acknowledgements arrived.
+That removes two produces and two fetches from every write, which are most of a write's cost
+on a small cluster. The topic path stays for everyone else: API processes without a worker,
+and calls that reach a worker while its partition is moving. Fencing is unchanged: a zombie
+owner deciding locally is caught by the same landed-offset check and stops.
 """
 
 from __future__ import annotations
@@ -28,9 +37,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 from memstream.streams.commands import Command
 from memstream.streams.decide_step import NewAudit, NewEvent, decide_and_fold
@@ -38,11 +47,25 @@ from memstream.streams.decision import DecisionState, Limits
 from memstream.streams.events import AuditRecord, decode
 from memstream.streams.kafka_codec import CodecError, decode_item, encode_reply
 from memstream.streams.kafka_log import Appended, KafkaLog, KafkaLogError, OutRecord
-from memstream.streams.log import Committed
+from memstream.streams.log import Committed, LogUnavailable
 
 log = logging.getLogger(__name__)
 
 RESTORE_CHUNK = 20_000
+LOCAL_BATCH_WAIT_S = 0.001  # how long local submissions gather before one round of acks
+
+# Where a decision's outcome goes: a partition of the replies topic (a submitter elsewhere), or
+# the future a local submitter awaits.
+ReplyTo = Union[int, "asyncio.Future[Committed]"]
+Item = tuple[Command | AuditRecord, ReplyTo | None]
+
+
+class NotOwned(LookupError):
+    """A local submission for a partition this worker does not (or no longer) own."""
+
+    def __init__(self, partition: int) -> None:
+        super().__init__(f"partition {partition} is not owned by this worker")
+        self.partition = partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,17 +121,56 @@ class KafkaDecider:
         self.busy_s = 0.0  # time spent deciding and queueing appends
         self._completing: asyncio.Task[None] | None = None  # the last batch's acks and replies
         self.failure: BaseException | None = None
+        # Called once when an append fails: the worker must stop (see kafka_worker.create_app).
+        self.on_failure: Callable[[BaseException], None] | None = None
+        self.owned: set[int] = set()  # partitions the group gave this worker, for submit_local
+        self._lock = asyncio.Lock()  # one partition batch at a time, whichever path it came by
+        self._local: dict[int, list[Item]] = {}
+        self._local_flush: asyncio.Task[None] | None = None
 
     def forget(self, partitions: Iterable[int]) -> None:
         """Partitions assigned or revoked: their state is folded afresh at their next command."""
         for p in partitions:
             self.states.pop(p, None)
 
+    def owns(self, partition: int) -> bool:
+        return self.failure is None and partition in self.owned
+
+    async def submit_local(self, partition: int, item: Command | AuditRecord) -> Committed:
+        """Decide a command of an owned partition in-process (see the module docstring).
+
+        Submissions arriving together are decided as one batch, so concurrent writers share one
+        round of acknowledgements as they do on the topic path."""
+        if self.failure is not None:
+            raise LogUnavailable(f"this worker's decider stopped after a failed append: {self.failure}")
+        if partition not in self.owned:
+            raise NotOwned(partition)
+        fut: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
+        self._local.setdefault(partition, []).append((item, fut))
+        if self._local_flush is None or self._local_flush.done():
+            self._local_flush = asyncio.create_task(self._flush_local(), name="memstream-decide-local")
+        return await fut
+
+    async def _flush_local(self) -> None:
+        await asyncio.sleep(LOCAL_BATCH_WAIT_S)
+        while self._local:
+            pending, self._local = self._local, {}
+            started = time.perf_counter()
+            for partition, items in sorted(pending.items()):
+                try:
+                    await self._decide_partition(partition, items)
+                except BaseException as exc:
+                    for _, fut in items:
+                        if isinstance(fut, asyncio.Future) and not fut.done():
+                            fut.set_exception(LogUnavailable(f"the decision failed: {type(exc).__name__}: {exc}"))
+                    if not isinstance(exc, Exception):
+                        raise
+            self.batches += 1
+            self.busy_s += time.perf_counter() - started
+
     async def handle(self, batch: Sequence[Incoming]) -> None:
         if self.failure is not None:
             raise self.failure  # stops the agent, and with it the worker (see _complete)
-        if not self.kafka.started:
-            await self.kafka.start()  # the worker's first batch: connect its producer and reader
         started = time.perf_counter()
         by_partition: dict[int, list[Incoming]] = {}
         for msg in batch:
@@ -119,10 +181,7 @@ class KafkaDecider:
         self.busy_s += time.perf_counter() - started
 
     async def _handle_partition(self, partition: int, msgs: list[Incoming]) -> None:
-        state = self.states.get(partition)
-        if state is None:
-            state = self.states[partition] = await fold_partition(self.kafka, partition)
-        items: list[tuple[Command | AuditRecord, int | None]] = []
+        items: list[Item] = []
         for msg in msgs:
             try:
                 items.append(decode_item(msg.value, msg.headers))
@@ -130,15 +189,40 @@ class KafkaDecider:
                 # Written by a newer or broken producer: skipping it is the only way forward,
                 # and it never became an event; say so loudly.
                 log.error("commands partition %d offset %d skipped: %s", partition, msg.offset, exc)
+        await self._decide_partition(partition, items)
+
+    async def _decide_partition(self, partition: int, items: list[Item]) -> None:
+        async with self._lock:
+            if partition not in self.owned:
+                # Moved away while these waited: local submitters send them by the topic instead.
+                local = [r for _, r in items if isinstance(r, asyncio.Future)]
+                for fut in local:
+                    if not fut.done():
+                        fut.set_exception(NotOwned(partition))
+                items = [(i, r) for i, r in items if not isinstance(r, asyncio.Future)]
+                if not items:
+                    return
+            await self._decide_locked(partition, items)
+
+    async def _decide_locked(self, partition: int, items: list[Item]) -> None:
+        if self.failure is not None:
+            raise self.failure
+        if not self.kafka.started:
+            await self.kafka.start()  # the worker's first decision: connect its producer and reader
+        state = self.states.get(partition)
+        if state is None:
+            state = self.states[partition] = await fold_partition(self.kafka, partition)
         events: list[NewEvent] = []
         audits: list[NewAudit] = []
-        replies: list[tuple[int, str, Committed]] = []
+        replies: list[tuple[ReplyTo, str, Committed]] = []
         try:
             for item, reply_to in items:
                 try:
                     committed = decide_and_fold(state, item, self.limits, events, audits)
-                except Exception:  # a bug in one decider must not sink the batch
+                except Exception as exc:  # a bug in one decider must not sink the batch
                     log.exception("decider failed on %s", type(item).__name__)
+                    if isinstance(reply_to, asyncio.Future) and not reply_to.done():
+                        reply_to.set_exception(LogUnavailable(f"the decider failed: {type(exc).__name__}"))
                     continue
                 if reply_to is not None:
                     replies.append((reply_to, item.command_id, committed))
@@ -184,7 +268,7 @@ class KafkaDecider:
         events: list[NewEvent],
         audits: list[NewAudit],
         pending: list[asyncio.Future[Any]],
-        replies: list[tuple[int, str, Committed]],
+        replies: list[tuple[ReplyTo, str, Committed]],
     ) -> None:
         try:
             if previous is not None:
@@ -199,18 +283,26 @@ class KafkaDecider:
             # topics there). Submitters of the unanswered commands time out and retry with the
             # same command id, answered from the log's state.
             self.states.pop(partition, None)
+            for r, _, _ in replies:
+                if isinstance(r, asyncio.Future) and not r.done():
+                    r.set_exception(LogUnavailable(f"the append failed: {type(exc).__name__}: {exc}"))
             if self.failure is None:
                 self.failure = exc
                 log.critical("append failed on partition %d; the worker stops: %s", partition, exc)
+                if self.on_failure is not None:
+                    self.on_failure(exc)
             raise
-        if replies:
+        remote = []
+        for r, cid, out in replies:
+            if isinstance(r, asyncio.Future):
+                if not r.done():
+                    r.set_result(out)
+            else:
+                remote.append(OutRecord(r, cid.encode(), encode_reply(cid, out), []))
+        if remote:
             # Not waited for: a lost reply is a submitter's timeout, repaired by its retry with
             # the same command id (answered from the folded state), exactly as after a crash.
-            await self.kafka.send(
-                self.kafka.cfg.replies_topic,
-                [OutRecord(r, cid.encode(), encode_reply(cid, out), []) for r, cid, out in replies],
-                wait=False,
-            )
+            await self.kafka.send(self.kafka.cfg.replies_topic, remote, wait=False)
 
 
 def _check_landed(what: str, partition: int, expected: list[int], landed: Sequence[Any]) -> None:

@@ -73,6 +73,7 @@ def create_app(
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stubs want a keyword-only signal
     async def revoked(_app: Any, revoked: Any, **_: Any) -> None:
         parts = {tp.partition for tp in revoked if tp.topic == cfg.commands_topic}
+        decider.owned -= parts
         decider.forget(parts)
         if on_revoked is not None and parts:
             await on_revoked(parts)
@@ -81,11 +82,21 @@ def create_app(
     async def assigned(_app: Any, assigned: Any, **_: Any) -> None:
         parts = {tp.partition for tp in assigned if tp.topic == cfg.commands_topic}
         decider.forget(parts)
+        decider.owned = set(parts)
         if on_assigned is not None:
             await on_assigned(parts)
 
     for task in tasks:
         app.task(task)
+
+    def stop_worker(exc: BaseException | None = None) -> None:
+        # The decider's state is ahead of the log (a failed append): no later decision may
+        # build on it. Stop now; the group moves the partitions to a healthy worker.
+        log.critical("the decider cannot go on; the worker stops", exc_info=exc or True)
+        logging.shutdown()
+        os._exit(70)
+
+    decider.on_failure = stop_worker  # a failed local decision's append, too
 
     @app.agent(commands)
     async def decide(stream: Any) -> None:
@@ -95,11 +106,7 @@ def create_app(
                     [Incoming(e.message.partition, e.message.offset, e.message.value, e.message.headers) for e in batch]
                 )
             except Exception:
-                # The decider's state is ahead of the log (a failed append): no later decision
-                # may build on it. Stop now; the group moves the partitions to a healthy worker.
-                log.critical("the decider cannot go on; the worker stops", exc_info=True)
-                logging.shutdown()
-                os._exit(70)
+                stop_worker()
 
     return app, decider
 
