@@ -175,6 +175,12 @@ def history(data_dir: Path | None, ref: str | None, agent: str | None, limit: in
 @click.option("--no-save", is_flag=True, help="Only compare; don't replace the snapshots.")
 @kafka_options(required=False)
 @click.option("--partition", "partition_ids", type=int, multiple=True, help="Kafka: only this partition (repeatable).")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Kafka: processes folding partitions in parallel (default: one per CPU).",
+)
 def rebuild(
     data_dir: Path | None,
     to_offset: int | None,
@@ -184,6 +190,7 @@ def rebuild(
     partitions: int,
     replication: int,
     partition_ids: tuple[int, ...],
+    jobs: int | None,
 ) -> None:
     """Replay the log from offset 0 into fresh projections; compare digests with the live ones.
 
@@ -207,6 +214,7 @@ def rebuild(
                     list(partition_ids) or None,
                     stop=to_offset,
                     progress=lambda done, total: bar.update(task, completed=done, total=max(total, 1)),
+                    jobs=jobs or os.cpu_count() or 1,
                 )
             )
         click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())

@@ -11,8 +11,12 @@ log's and nothing else.
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
+import queue
 import time
 from collections.abc import Callable, Sequence
+from multiprocessing.synchronize import Barrier
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -31,9 +35,25 @@ async def rebuild_partitions(
     *,
     stop: int | None = None,
     progress: Progress | None = None,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Fold ``partitions`` (default: all) from offset 0 up to ``stop`` (exclusive; default: the
-    end now) into fresh read models; their digests per partition and the fold rate."""
+    end now) into fresh read models, in ``jobs`` processes; their digests per partition and
+    the fold rate (timed from when every process is connected and ready to fetch)."""
+    parts = sorted(set(partitions)) if partitions else list(range(cfg.partitions))
+    jobs = max(1, min(jobs, len(parts)))
+    if jobs == 1:
+        return await _rebuild(cfg, parts, stop, progress)
+    return await _rebuild_in_processes(cfg, parts, stop, progress, jobs)
+
+
+async def _rebuild(
+    cfg: KafkaConfig,
+    parts: list[int],
+    stop: int | None,
+    progress: Progress | None,
+    ready: Callable[[], object] | None = None,
+) -> dict[str, Any]:
     kafka = KafkaLog(cfg)
     await kafka.start()
     consumer = AIOKafkaConsumer(
@@ -45,17 +65,18 @@ async def rebuild_partitions(
     )
     await consumer.start()
     try:
-        parts = sorted(set(partitions)) if partitions else list(range(cfg.partitions))
         ends = await kafka.end_offsets()
         bounds = {p: ends[p] if stop is None else min(stop, ends[p]) for p in parts}
         total = sum(bounds.values())
         models = {p: PartitionModels(p, 0) for p in parts}
         pending = {TopicPartition(cfg.events_topic, p) for p in parts if bounds[p] > 0}
         done = 0
-        started = time.perf_counter()
         if pending:
             consumer.assign(sorted(pending, key=lambda tp: tp.partition))
             await consumer.seek_to_beginning(*pending)
+        if ready is not None:
+            ready()
+        started = time.perf_counter()
         # One consumer over every partition: the broker streams them all at once, and the fold
         # (not the round trips) sets the pace.
         with bulk_fold(total):
@@ -87,3 +108,84 @@ async def rebuild_partitions(
     finally:
         await consumer.stop()
         await kafka.close()
+
+
+def _child(
+    cfg: KafkaConfig,
+    parts: list[int],
+    stop: int | None,
+    counter: Any,
+    barrier: Barrier,
+    results: Any,
+) -> None:
+    """One rebuild process: fold its partitions, count progress in shared memory, send back
+    the report (or the error, so the parent fails with the reason)."""
+
+    def count(done: int, _total: int) -> None:
+        counter.value = done
+
+    try:
+        report = asyncio.run(_rebuild(cfg, parts, stop, count, ready=lambda: barrier.wait(120)))
+        results.put(report)
+    except BaseException as exc:  # reported to the parent, which raises
+        barrier.abort()
+        results.put({"error": f"{type(exc).__name__}: {exc}", "partitions_of_job": parts})
+
+
+async def _rebuild_in_processes(
+    cfg: KafkaConfig, parts: list[int], stop: int | None, progress: Progress | None, jobs: int
+) -> dict[str, Any]:
+    kafka = KafkaLog(cfg)
+    await kafka.start()
+    try:
+        ends = await kafka.end_offsets()
+    finally:
+        await kafka.close()
+    total = sum(ends[p] if stop is None else min(stop, ends[p]) for p in parts)
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process with a running event loop
+    groups = [parts[i::jobs] for i in range(jobs)]
+    counters = [ctx.Value("q", 0, lock=False) for _ in groups]
+    barrier = ctx.Barrier(len(groups) + 1)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_child, args=(cfg, g, stop, c, barrier, results), daemon=True)
+        for g, c in zip(groups, counters, strict=True)
+    ]
+    setup = time.perf_counter()
+    for proc in procs:
+        proc.start()
+    try:
+        await asyncio.to_thread(barrier.wait, 300)
+        started = time.perf_counter()
+        reports: list[dict[str, Any]] = []
+        while len(reports) < len(procs):
+            try:
+                reports.append(await asyncio.to_thread(results.get, True, 0.2))
+            except queue.Empty:  # report progress, check the children are alive
+                if not any(p.is_alive() for p in procs) and results.empty():
+                    raise RuntimeError("a rebuild process died without a report") from None
+            if progress is not None:
+                progress(sum(c.value for c in counters), total)
+        seconds = time.perf_counter() - started
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    failed = [r for r in reports if "error" in r]
+    if failed:
+        raise RuntimeError(f"rebuild of partitions {failed[0]['partitions_of_job']} failed: {failed[0]['error']}")
+    merged: dict[int, Any] = {}
+    for r in reports:
+        merged.update(r["partitions"])
+    events = sum(r["events"] for r in reports)
+    if progress is not None:
+        progress(events, total)
+    return {
+        "partitions": dict(sorted(merged.items())),
+        "events": events,
+        "seconds": round(seconds, 3),
+        "events_per_second": round(events / seconds) if seconds > 0 else None,
+        "jobs": jobs,
+        "setup_seconds": round(started - setup, 3),
+    }

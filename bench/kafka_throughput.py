@@ -169,8 +169,8 @@ async def kafka_run(workers: int, args: argparse.Namespace) -> dict[str, Any]:
         out: dict[str, Any] = {"workers": workers, "partitions": args.partitions}
         out["store"] = await stores(port, args.clients, args.stores, "kafka")
         out["store_to_visible"] = await visibility(port, args.trials)
-        rebuilt = await rebuild_partitions(cfg)
-        out["rebuild"] = {k: rebuilt[k] for k in ("events", "seconds", "events_per_second")}
+        rebuilt = await rebuild_partitions(cfg, jobs=os.cpu_count() or 1)
+        out["rebuild"] = {k: rebuilt.get(k) for k in ("events", "seconds", "events_per_second", "jobs")}
         return out
     finally:
         procs.stop()
@@ -227,8 +227,15 @@ async def rebuild_run(events: int, partitions: int) -> dict[str, Any]:
                 decide_and_fold(state, cmd, Limits(), out, audits)
             await kafka.append([(e.agent, e.type, e.value, e.vector) for e in out])
             written += len(out)
-        rebuilt = await rebuild_partitions(cfg)
-        return {k: rebuilt[k] for k in ("events", "seconds", "events_per_second")}
+        out: dict[str, Any] = {}
+        digests = []
+        for jobs in sorted({1, os.cpu_count() or 1}):
+            rebuilt = await rebuild_partitions(cfg, jobs=jobs)
+            digests.append(rebuilt["partitions"])
+            keys = ("events", "seconds", "events_per_second", "setup_seconds")
+            out[f"jobs_{jobs}"] = {k: rebuilt.get(k) for k in keys}
+        out["digests_equal_across_jobs"] = all(d == digests[0] for d in digests)
+        return out
     finally:
         await kafka.close()
         await drop_topics(prefix)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -52,10 +54,14 @@ def create_app(
     """The faust app of a worker and the decider it drives. ``on_assigned`` / ``on_revoked``
     let the worker's read side follow the partitions the group gives it; ``tasks`` run for the
     worker's lifetime (its query server)."""
+    faust_dir = Path(tempfile.gettempdir()) / "memstream-faust"
+    faust_dir.mkdir(exist_ok=True)
     app = faust.App(
         f"{cfg.prefix}-deciders",
         broker=f"kafka://{cfg.bootstrap}",
         store="memory://",
+        # faust creates its data directory even with in-memory tables; keep it out of the cwd.
+        datadir=str(faust_dir / "{conf.id}-data"),
         web_enabled=False,
         topic_replication_factor=cfg.replication,
         topic_partitions=cfg.partitions,

@@ -229,6 +229,10 @@ async def test_replay_from_offset_zero_equals_the_workers_live_state(deployment:
     assert rebuilt["events"] == sum(live[p]["offset"] + 1 for p in busy)
     for p in busy:
         assert rebuilt["partitions"][str(p)] == live[p], f"partition {p}"
+    # the same fold in one process (the default splits partitions over one process per CPU)
+    serial = subprocess.run([*args, "--jobs", "1"], capture_output=True, timeout=120)
+    assert serial.returncode == 0, serial.stderr.decode()[-2000:]
+    assert orjson.loads(serial.stdout)["partitions"] == rebuilt["partitions"]
     # point in time: the same fold stopped at an offset of one partition
     p = max(busy, key=lambda q: live[q]["offset"])
     first_arg = args.index("--partition")
