@@ -12,9 +12,11 @@ appends, no round trip through the commands and replies topics); any other write
 the node's ``KafkaCommandBus`` to whichever worker owns the partition.
 
 The read models are not a faust agent: a faust agent resumes from its group's committed
-offset, while in-memory read models must fold from the beginning (there are no checkpoints
-on the workers yet), so the node tails the events topic with its own consumer and follows the
-group's assignment through the worker's rebalance hooks.
+offset, while in-memory read models resume from their own state: a checkpoint of the partition
+(api/kafka_checkpoints.py, written every ``MEMSTREAM_KAFKA_CHECKPOINT_EVERY`` events under the
+data directory, used only when it provably belongs to this topic) or offset 0. So the node
+tails the events topic with its own consumer, from each partition's own offset, and follows
+the group's assignment through the worker's rebalance hooks.
 
 Each node announces which partitions it owns, and at which URL, on the compacted owners topic;
 API processes (``api/kafka_router.py``) route each call by its agent to the owner.
@@ -37,9 +39,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from memstream.api import kafka_checkpoints as checkpoints
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.embedders import Embedders
 from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED, read_models
+from memstream.api.kafka_checkpoints import checkpoint_dir
 from memstream.api.kafka_routing import route_partition
 from memstream.api.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
@@ -53,6 +57,7 @@ from memstream.streams.kafka_bus import KafkaCommandBus
 from memstream.streams.kafka_decider import KafkaDecider, NotOwned
 from memstream.streams.kafka_log import KafkaConfig, KafkaLog, OutRecord
 from memstream.streams.log import Committed, partition_for
+from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +72,18 @@ CATCH_UP_DEADLINE_S = 30.0
 class PartitionModels:
     """The read models of one partition and how far they have folded."""
 
-    def __init__(self, partition: int, end_at_start: int) -> None:
+    def __init__(self, partition: int, end_at_start: int, store: SnapshotStore | None = None) -> None:
         self.partition = partition
-        self.projections = read_models(None)
+        self.store = store  # where this partition's checkpoints go (api/kafka_checkpoints.py)
+        self.projections = read_models(store)
         self.offset = -1  # last event applied
         self.target = end_at_start - 1  # reads wait for at least this (the end when assigned)
         self.lock = asyncio.Lock()
         self.advanced = asyncio.Event()
+        self.restored_from: int | None = None  # the checkpoint offset these models started at
+        self.checkpoint_offset: int | None = None  # the last checkpoint written or restored
+        self.since_checkpoint = 0
+        self.checkpointing = False
 
     def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
         ev = decode(value)
@@ -178,6 +188,7 @@ class Node:
         self.bus = KafkaCommandBus(cfg, instance_id=f"node-{self.node_id}")
         self.announcer = KafkaLog(cfg)
         self.models: dict[int, PartitionModels] = {}
+        self.checkpoint_every = settings.kafka_checkpoint_every  # events; 0: no checkpoints
         self.acked: dict[int, int] = {}  # partition -> highest event offset this node had acknowledged
         self.generation = 0
         self.decider: KafkaDecider | None = None  # the worker's, set by run_node
@@ -185,6 +196,7 @@ class Node:
         self._tail: asyncio.Task[None] | None = None
         self._started = False
         self._wake = asyncio.Event()
+        self._checkpoints: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         if self._started:
@@ -242,13 +254,64 @@ class Node:
             tps = [TopicPartition(self.cfg.events_topic, p) for p in new]
             ends = await self._consumer.end_offsets(tps)
             for tp in tps:
-                self.models[tp.partition] = PartitionModels(tp.partition, int(ends[tp]))
+                self.models[tp.partition] = await self._open_models(tp.partition, int(ends[tp]))
         owned = [TopicPartition(self.cfg.events_topic, p) for p in sorted(self.models)]
         self._consumer.assign(owned)
         for tp in owned:
             self._consumer.seek(tp, self.models[tp.partition].offset + 1)
         self._wake.set()
         await self._announce(sorted(partitions))
+
+    async def _open_models(self, partition: int, end: int) -> PartitionModels:
+        """Fresh read models for a partition just gained, loaded from its checkpoint when one
+        provably belongs to this topic (see api/kafka_checkpoints.py); the tail folds the rest."""
+        if self.checkpoint_every <= 0:
+            return PartitionModels(partition, end)
+        store = SnapshotStore(checkpoint_dir(self.settings.data_dir, self.cfg, partition))
+        models = PartitionModels(partition, end, store)
+        meta = await asyncio.to_thread(checkpoints.marker, store)
+        if meta is None:
+            return models
+        offset = int(meta["offset"])
+        if offset >= end or await self._anchor(partition, offset) != meta.get("anchor"):
+            log.warning("partition %d: the checkpoint at offset %d is not of this topic; folding from 0", partition,
+                        offset)  # fmt: skip
+            return models
+        if not await asyncio.to_thread(checkpoints.restore, store, models.projections, offset):
+            return PartitionModels(partition, end, store)
+        models.offset = models.restored_from = models.checkpoint_offset = offset
+        log.info("partition %d: read models restored at offset %d (end %d)", partition, offset, end)
+        return models
+
+    async def _anchor(self, partition: int, offset: int) -> str | None:
+        records = await self.announcer.read_records(self.cfg.events_topic, partition, offset, offset + 1, limit=1)
+        if not records or records[0].offset != offset:
+            return None
+        return checkpoints.anchor_of(records[0].value or b"")
+
+    async def checkpoint(self, models: PartitionModels) -> None:
+        """Write a checkpoint of one partition's read models. Their state is captured under the
+        partition's lock (on a thread, so other partitions keep folding and answering); the
+        files are written after it is released."""
+        if models.store is None or models.checkpointing:
+            return
+        models.checkpointing = True
+        try:
+            async with models.lock:
+                offset = models.offset
+                if offset < 0 or offset == models.checkpoint_offset:
+                    return
+                bodies = await asyncio.to_thread(checkpoints.capture, models.projections)
+                models.since_checkpoint = 0
+            anchor = await self._anchor(models.partition, offset)
+            if anchor is None:
+                raise LookupError(f"event {offset} is not in the topic")
+            await asyncio.to_thread(checkpoints.write, models.store, bodies, offset, anchor)
+            models.checkpoint_offset = offset
+        except Exception as exc:  # a checkpoint is a shortcut: without one a restart folds more
+            log.warning("partition %d: checkpoint failed (%s); will retry later", models.partition, exc)
+        finally:
+            models.checkpointing = False
 
     async def revoked(self, partitions: set[int]) -> None:
         for p in partitions:
@@ -281,7 +344,13 @@ class Node:
                     for rec in records:
                         if rec.offset > models.offset:
                             models.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
+                            models.since_checkpoint += 1
                 models.advanced.set()
+                due = models.store is not None and models.since_checkpoint >= self.checkpoint_every
+                if due and not models.checkpointing:
+                    task = asyncio.create_task(self.checkpoint(models), name=f"memstream-checkpoint-{tp.partition}")
+                    self._checkpoints.add(task)
+                    task.add_done_callback(self._checkpoints.discard)
 
     # -- answering calls --------------------------------------------------------------------
 
@@ -316,6 +385,11 @@ def node_app(node: Node) -> Starlette:
     async def health(request: Request) -> Response:
         owned = {str(p): m.offset for p, m in sorted(node.models.items())}
         body: dict[str, Any] = {"node": node.node_id, "url": node.url, "partitions": owned}
+        body["checkpoints"] = {
+            str(p): {"restored_from": m.restored_from, "last": m.checkpoint_offset}
+            for p, m in sorted(node.models.items())
+            if m.store is not None
+        }
         if node.decider is not None:
             d = node.decider
             body["decider"] = {"decided": d.decided, "batches": d.batches, "busy_s": round(d.busy_s, 3)}

@@ -75,6 +75,11 @@ class Settings(BaseModel):
     contingent_max_carriers: int = Field(default=50, ge=1)
     contingent_max_scan: int = Field(default=100_000, ge=1)
 
+    # -- Kafka mode ----------------------------------------------------------------------
+    # A worker checkpoints a partition's read models after this many events (0: never), so a
+    # worker that gains the partition folds only the tail (docs/kafka-operations.md).
+    kafka_checkpoint_every: int = Field(default=100_000, ge=0)
+
     @property
     def log_path(self) -> Path:
         return self.data_dir / "log.sqlite3"
@@ -122,6 +127,7 @@ _ENV = {
     "context_line_tokens": "MEMSTREAM_CONTEXT_LINE_TOKENS",
     "contingent_max_carriers": "MEMSTREAM_CONTINGENT_MAX_CARRIERS",
     "contingent_max_scan": "MEMSTREAM_CONTINGENT_MAX_SCAN",
+    "kafka_checkpoint_every": "MEMSTREAM_KAFKA_CHECKPOINT_EVERY",
 }
 
 

@@ -26,8 +26,11 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 # A shell's Kafka deployment must not turn the embedded-mode tests' `memstream serve`
 # subprocesses into Kafka routers (the Kafka tests name their broker with
 # MEMSTREAM_TEST_KAFKA_BOOTSTRAP and pass --kafka explicitly).
-for _name in [k for k in os.environ if k.startswith("MEMSTREAM_KAFKA_")]:
-    del os.environ[_name]
+# Only the deployment's own variables: test processes set the others (e.g. the workers'
+# MEMSTREAM_KAFKA_CHECKPOINT_EVERY) on purpose.
+for _name in ("MEMSTREAM_KAFKA_BOOTSTRAP", "MEMSTREAM_KAFKA_PREFIX", "MEMSTREAM_KAFKA_PARTITIONS",
+              "MEMSTREAM_KAFKA_REPLICATION"):  # fmt: skip
+    os.environ.pop(_name, None)
 
 
 class HashEmbedder:
