@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from memstream.streams.events import decode, parse_ref
+from memstream.streams.log import resolved
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +301,7 @@ async def _owner(engine: Any, kind: str, ident: int) -> str | None:
         return found
     if not found:
         return None
-    records = engine.log.read_offsets(found)
+    records = await resolved(engine.log.read_offsets(found))
     return str(decode(records[0].value)["scope"]["agent_id"]) if records else None
 
 

@@ -18,6 +18,13 @@ data directory, used only when it provably belongs to this topic) or offset 0. S
 tails the events topic with its own consumer, from each partition's own offset, and follows
 the group's assignment through the worker's rebalance hooks.
 
+Reads of the log itself go to the topics: ``history`` and ``audit_log`` through the node's
+partition log (``api/kafka_partition_log.py``: one more consumer, one read at a time, with
+deadlines), which ``NodeEngine.log`` exposes for the call's partition under the names the
+tools use, and ``as_of`` reads through views folded from the events topic up to the point
+(``api/kafka_point_in_time.py``). Offsets in those answers are the partition's own.
+``check_health`` is the router's to answer; re-embedding is not available in Kafka mode yet.
+
 Each node announces which partitions it owns, and at which URL, on the compacted owners topic;
 API processes (``api/kafka_router.py``) route each call by its agent to the owner.
 """
@@ -44,11 +51,13 @@ from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.embedders import Embedders
 from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED, read_models
 from memstream.api.kafka_checkpoints import checkpoint_dir
+from memstream.api.kafka_partition_log import KafkaPartitionLog
+from memstream.api.kafka_point_in_time import KafkaPointInTime
 from memstream.api.kafka_routing import route_partition
+from memstream.api.point_in_time import View
 from memstream.api.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
 from memstream.api.tools.registry import Caller
-from memstream.api.tools.sanitize import InputError
 from memstream.streams.commands import Command
 from memstream.streams.decision import Limits
 from memstream.streams.embedding import Embedder
@@ -63,9 +72,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Tools that read the log itself (history, audit, health, point-in-time), which the node does
-# not have as a local file: answered with a clear refusal until the Kafka reads land.
-NOT_IN_KAFKA_MODE = frozenset({"history", "audit_log", "check_health", "reembed", "reembed_status"})
+# Tools a worker does not answer: the deployment's health is the router's (it never forwards
+# check_health), and re-embedding (a job over the embedded log) is not built for Kafka mode yet.
+NOT_IN_KAFKA_MODE = frozenset({"check_health", "reembed", "reembed_status"})
 CATCH_UP_DEADLINE_S = 30.0
 
 
@@ -117,17 +126,20 @@ class NodeEngine:
         self.jobs: dict[str, Any] = {}
         for p in models.projections:
             setattr(self, p.name, p)
-        self.log = _PartitionEnd(models)
+        self.log = node.partition_log.view(models)
 
     async def read(self, query: Callable[[], T]) -> T:
         await self.models.caught_up(max(self.models.target, self.node.acked.get(self.models.partition, -1)))
         async with self.models.lock:
             return query()
 
-    async def at(self, as_of: int | str | None) -> Any:
+    async def at(self, as_of: int | str | None) -> NodeEngine | View:
+        """This engine for a read "now", or a view of the partition's state at ``as_of`` (H3):
+        an offset of this partition, or an instant (see ``api/kafka_point_in_time.py``)."""
         if as_of is None:
             return self
-        raise InputError("as_of is not available in Kafka mode yet")
+        partition = self.models.partition
+        return await self.node.point_in_time.view(partition, as_of, lambda: PartitionModels(partition, 0))
 
     async def submit(self, command: Command) -> Committed:
         committed = await self.node.submit(command)
@@ -160,16 +172,6 @@ class NodeEngine:
         return [self.versions.superseded_by, self.associations.superseded_by]  # type: ignore[attr-defined]
 
 
-class _PartitionEnd:
-    """The part of the log API tools use for seeds: how far this partition's models reach."""
-
-    def __init__(self, models: PartitionModels) -> None:
-        self.models = models
-
-    def end_offset(self) -> int:
-        return self.models.offset + 1
-
-
 class Node:
     def __init__(
         self,
@@ -187,6 +189,8 @@ class Node:
         self.embedders = Embedders(settings, embedder, embedders)
         self.bus = KafkaCommandBus(cfg, instance_id=f"node-{self.node_id}")
         self.announcer = KafkaLog(cfg)
+        self.partition_log = KafkaPartitionLog(cfg)  # history and audit reads, as_of replays
+        self.point_in_time = KafkaPointInTime(self.partition_log, settings, self.embedders)
         self.models: dict[int, PartitionModels] = {}
         self.checkpoint_every = settings.kafka_checkpoint_every  # events; 0: no checkpoints
         self.acked: dict[int, int] = {}  # partition -> highest event offset this node had acknowledged
@@ -204,6 +208,7 @@ class Node:
         self._started = True
         await self.bus.start()
         await self.announcer.start()
+        await self.partition_log.start()
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=self.cfg.bootstrap,
             client_id=f"memstream-node-{self.node_id}",
@@ -224,6 +229,7 @@ class Node:
                 await self._consumer.stop()
         await self.bus.close()
         await self.announcer.close()
+        await self.partition_log.close()
         self.embedders.close()
 
     async def submit(self, item: Command | AuditRecord) -> Committed:
@@ -371,7 +377,8 @@ def node_app(node: Node) -> Starlette:
         except orjson.JSONDecodeError as exc:
             return json_response(failure(f"invalid JSON body: {exc}"), 400)
         if name in NOT_IN_KAFKA_MODE:
-            return json_response(failure(f"{name} is not available in Kafka mode yet"), 501)
+            why = "is the router's to answer" if name == "check_health" else "is not available in Kafka mode yet"
+            return json_response(failure(f"{name} {why}"), 501)
         engine = node.engine_for_call(args)
         if engine is None:
             return json_response(failure("not_owner", node=node.node_id), 421)

@@ -6,7 +6,8 @@ resume from one. This module is the same fold run on its own (``memstream rebuil
 it reports each read model's digest per partition, optionally only up to an offset (the state
 as of that point of the partition), and how fast the topic was folded. Compared with a
 worker's live digests (``GET /digests`` on the worker), it proves the workers' state is the
-log's and nothing else.
+log's and nothing else. The fold loop (``fold_partitions``) is the one workers use for
+point-in-time reads (``api/kafka_point_in_time.py``).
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ from collections.abc import Callable, Sequence
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from memstream.api.kafka_node import PartitionModels
+from memstream.api.kafka_partition_log import Progress, fold_consumer, fold_partitions
 from memstream.streams.kafka_log import KafkaConfig, KafkaLog
-from memstream.streams.runner import bulk_fold, digest_of
-
-Progress = Callable[[int, int], None]
-CHUNK = 5_000
+from memstream.streams.runner import digest_of
 
 
 async def rebuild_partitions(
@@ -54,46 +53,17 @@ async def _rebuild(
     progress: Progress | None,
     ready: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
-    kafka = KafkaLog(cfg)
-    await kafka.start()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=cfg.bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        fetch_max_wait_ms=10,
-        max_partition_fetch_bytes=8 * 1024 * 1024,
-    )
+    consumer = fold_consumer(cfg)
     await consumer.start()
     try:
-        ends = await kafka.end_offsets()
+        tps = [TopicPartition(cfg.events_topic, p) for p in parts]
+        ends = {tp.partition: int(end) for tp, end in (await consumer.end_offsets(tps)).items()}
         bounds = {p: ends[p] if stop is None else min(stop, ends[p]) for p in parts}
-        total = sum(bounds.values())
         models = {p: PartitionModels(p, 0) for p in parts}
-        pending = {TopicPartition(cfg.events_topic, p) for p in parts if bounds[p] > 0}
-        done = 0
-        if pending:
-            consumer.assign(sorted(pending, key=lambda tp: tp.partition))
-            await consumer.seek_to_beginning(*pending)
         if ready is not None:
             ready()
         started = time.perf_counter()
-        # One consumer over every partition: the broker streams them all at once, and the fold
-        # (not the round trips) sets the pace.
-        with bulk_fold(total):
-            while pending:
-                batch = await consumer.getmany(*pending, timeout_ms=1000, max_records=CHUNK)
-                for tp, records in batch.items():
-                    m, bound = models[tp.partition], bounds[tp.partition]
-                    for rec in records:
-                        if rec.offset >= bound:
-                            break
-                        m.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
-                        done += 1
-                    if m.offset >= bound - 1:
-                        pending.discard(tp)
-                        consumer.pause(tp)
-                if progress is not None:
-                    progress(done, total)
+        done = await fold_partitions(consumer, cfg.events_topic, models, bounds, progress)
         seconds = time.perf_counter() - started
         report: dict[str, Any] = {
             "partitions": {
@@ -107,7 +77,6 @@ async def _rebuild(
         return report
     finally:
         await consumer.stop()
-        await kafka.close()
 
 
 def _child(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from memstream.streams.events import decode, parse_time
 from memstream.streams.runner import ProjectionRunner
@@ -21,13 +21,43 @@ T = TypeVar("T")
 CACHED_STATES = 2
 
 
+class Folded(Protocol):
+    """Read models folded to some point: a ``ProjectionRunner``, or a Kafka worker's
+    ``PartitionModels`` (``api/kafka_point_in_time.py``)."""
+
+    @property
+    def projections(self) -> Sequence[Any]: ...
+
+
+def offset_stop(as_of: int, end: int, where: str = "the log's end") -> int:
+    """The stop (exclusive) of the state that includes offset ``as_of`` of a log (or partition)
+    whose next offset is ``end``; raises ``InputError`` for an offset outside it."""
+    from memstream.api.tools.sanitize import InputError
+
+    if as_of < 0:
+        raise InputError(f"as_of offset {as_of} is negative")
+    if as_of >= end:
+        raise InputError(f"as_of offset {as_of} is beyond {where} ({end - 1})")
+    return as_of + 1
+
+
+def as_of_instant(as_of: str) -> datetime:
+    """The instant an ``as_of`` string names; raises ``InputError`` for a bad or empty one."""
+    from memstream.api.tools.sanitize import InputError, parse_timestamp
+
+    when = parse_timestamp(as_of, "as_of")
+    if when is None:
+        raise InputError("as_of is empty: give a log offset or an ISO-8601 time")
+    return when
+
+
 class View:
     """The read models at one point of the log."""
 
     # Set from ``read_models()`` by name in ``__init__``; the ones this class itself uses:
     vectors: Any
 
-    def __init__(self, engine: Any, runner: ProjectionRunner, stop: int) -> None:
+    def __init__(self, engine: Any, runner: Folded, stop: int) -> None:
         self.engine = engine
         self.settings = engine.settings
         self.stop = stop
@@ -74,20 +104,10 @@ class PointInTime:
 
     def stop_for(self, as_of: int | str) -> int:
         """Raises ``InputError`` (a ValueError) for an offset outside the log or a bad time."""
-        from memstream.api.tools.sanitize import InputError, parse_timestamp
-
-        log = self.engine.log
-        end = log.end_offset()
+        end = self.engine.log.end_offset()
         if isinstance(as_of, int):
-            if as_of < 0:
-                raise InputError(f"as_of offset {as_of} is negative")
-            if as_of >= end:
-                raise InputError(f"as_of offset {as_of} is beyond the log's end ({end - 1})")
-            return as_of + 1
-        when = parse_timestamp(as_of, "as_of")
-        if when is None:
-            raise InputError("as_of is empty: give a log offset or an ISO-8601 time")
-        return self._first_after(when, end)
+            return offset_stop(as_of, end)
+        return self._first_after(as_of_instant(as_of), end)
 
     def _first_after(self, when: datetime, end: int) -> int:
         """The first offset whose event occurred after ``when`` (binary search: the log is in

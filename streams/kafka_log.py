@@ -47,6 +47,9 @@ DAY_MS: Final = 24 * 3600 * 1000
 WEEK_MS: Final = 7 * DAY_MS
 
 
+Keep = Callable[[ConsumerRecord[bytes, bytes]], bool]
+
+
 class KafkaLogError(RuntimeError):
     """The cluster is unreachable, or its topics are not what memstream needs."""
 
@@ -308,28 +311,9 @@ class KafkaLog:
     ) -> list[LogRecord]:
         """Records of one partition with ``start <= offset < stop`` (stop: the end now), in
         offset order, at most ``limit`` after filtering by agent and type."""
-        wanted_types = {t.encode() for t in types} if types is not None else None
-        key = agent_id.encode("utf-8", "surrogatepass") if agent_id is not None else None
-
-        def keep(rec: ConsumerRecord[bytes, bytes]) -> bool:
-            if key is not None and rec.key != key:
-                return False
-            return wanted_types is None or dict(rec.headers).get("type") in wanted_types
-
-        out = []
-        for rec in await self.read_records(topic or self.cfg.events_topic, partition, start, stop, keep, limit):
-            headers = dict(rec.headers)
-            out.append(
-                LogRecord(
-                    rec.offset,
-                    rec.partition,
-                    (rec.key or b"").decode("utf-8", "surrogatepass"),
-                    headers.get("type", b"").decode(),
-                    rec.value or b"",
-                    headers.get("vector") if vectors else None,
-                )
-            )
-        return out
+        keep = matching(agent_id, types)
+        records = await self.read_records(topic or self.cfg.events_topic, partition, start, stop, keep, limit)
+        return [log_record(rec, vectors=vectors) for rec in records]
 
     async def read_records(
         self,
@@ -337,45 +321,88 @@ class KafkaLog:
         partition: int,
         start: int = 0,
         stop: int | None = None,
-        keep: Callable[[ConsumerRecord[bytes, bytes]], bool] | None = None,
+        keep: Keep | None = None,
         limit: int = 10_000,
     ) -> list[ConsumerRecord[bytes, bytes]]:
         """Raw records (with all their headers) of one partition, ``start <= offset < stop``."""
         consumer = self._need_consumer()
-        tp = TopicPartition(topic, partition)
-        out: list[ConsumerRecord[bytes, bytes]] = []
         async with self._read_lock:  # one consumer, one assignment at a time
-            end = (await consumer.end_offsets([tp]))[tp]
-            stop = end if stop is None else min(stop, end)
-            if start >= stop:
-                return out
-            consumer.assign([tp])
-            consumer.seek(tp, start)
-            while len(out) < limit:
-                batch = await consumer.getmany(tp, timeout_ms=1000, max_records=min(limit, 5000))
-                records = batch.get(tp, [])
-                if not records:
-                    if await consumer.position(tp) >= stop:
-                        break
-                    continue
-                done = False
-                for rec in records:
-                    if rec.offset >= stop:
-                        done = True
-                        break
-                    if keep is None or keep(rec):
-                        out.append(rec)
-                        if len(out) >= limit:
-                            break
-                    if rec.offset == stop - 1:
-                        done = True
-                        break
-                if done:
-                    break
-            consumer.pause(tp)  # no prefetching between reads: an idle reader costs nothing
-        return out
+            return await read_range(consumer, TopicPartition(topic, partition), start, stop, keep, limit)
 
     def _need_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:
             raise KafkaLogError("KafkaLog.start() was not called")
         return self._consumer
+
+
+async def read_range(
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    start: int = 0,
+    stop: int | None = None,
+    keep: Keep | None = None,
+    limit: int = 10_000,
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Records of ``tp`` with ``start <= offset < stop`` (stop: the end now) that ``keep``
+    accepts, at most ``limit``, read with a consumer that has no group (the caller serialises
+    its use: the consumer is re-assigned to ``tp``). Shared by ``KafkaLog`` and the workers'
+    partition log (``api/kafka_partition_log.py``)."""
+    out: list[ConsumerRecord[bytes, bytes]] = []
+    end = (await consumer.end_offsets([tp]))[tp]
+    stop = end if stop is None else min(stop, end)
+    if start >= stop:
+        return out
+    consumer.assign([tp])
+    consumer.seek(tp, start)
+    while len(out) < limit:
+        batch = await consumer.getmany(tp, timeout_ms=1000, max_records=min(limit, 5000))
+        records = batch.get(tp, [])
+        if not records:
+            if await consumer.position(tp) >= stop:
+                break
+            continue
+        done = False
+        for rec in records:
+            if rec.offset >= stop:
+                done = True
+                break
+            if keep is None or keep(rec):
+                out.append(rec)
+                if len(out) >= limit:
+                    break
+            if rec.offset == stop - 1:
+                done = True
+                break
+        if done:
+            break
+    consumer.pause(tp)  # no prefetching between reads: an idle reader costs nothing
+    return out
+
+
+def matching(agent_id: str | None = None, types: Sequence[str] | None = None) -> Keep | None:
+    """A filter on records' key (the agent) and ``type`` header (event type or audit kind)."""
+    if agent_id is None and types is None:
+        return None
+    wanted_types = {t.encode() for t in types} if types is not None else None
+    key = agent_id.encode("utf-8", "surrogatepass") if agent_id is not None else None
+
+    def keep(rec: ConsumerRecord[bytes, bytes]) -> bool:
+        if key is not None and rec.key != key:
+            return False
+        return wanted_types is None or dict(rec.headers).get("type") in wanted_types
+
+    return keep
+
+
+def log_record(rec: ConsumerRecord[bytes, bytes], *, vectors: bool = True) -> LogRecord:
+    """A record of the events or audit topic as the log port's ``LogRecord`` (its ``type`` is
+    the ``type`` header: the event type, or the audit record's kind)."""
+    headers = dict(rec.headers)
+    return LogRecord(
+        rec.offset,
+        rec.partition,
+        (rec.key or b"").decode("utf-8", "surrogatepass"),
+        headers.get("type", b"").decode(),
+        rec.value or b"",
+        headers.get("vector") if vectors else None,
+    )

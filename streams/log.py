@@ -9,14 +9,17 @@ embedded one (deciders inside one SQLite write transaction) without changing cal
 
 from __future__ import annotations
 
+import inspect
 import zlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from memstream.streams.commands import Command
 from memstream.streams.decision import Outcome
 from memstream.streams.events import AuditRecord
+
+T = TypeVar("T")
 
 
 class LogUnavailable(Exception):
@@ -46,6 +49,15 @@ def partition_for(agent_id: str, num_partitions: int) -> int:
     """The partition of an agent. A stable hash (not Python's salted ``hash``), so every
     process and every adapter agrees where an agent's commands are decided."""
     return zlib.crc32(agent_id.encode("utf-8", "surrogatepass")) % num_partitions
+
+
+async def resolved(answer: T | Awaitable[T]) -> T:
+    """A log read's answer, for code that serves both modes: the embedded log answers at once,
+    the Kafka workers' partition log (``api/kafka_partition_log.py``) with an awaitable, because
+    it reads the topics over the network."""
+    if inspect.isawaitable(answer):
+        return cast(T, await answer)
+    return answer
 
 
 class EventLog(Protocol):

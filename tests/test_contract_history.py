@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from conftest import HashEmbedder, ServerThread, call, free_port
+from conftest import HashEmbedder, call, free_port
 
 from memstream.api.engine import Engine
 from memstream.api.rebuild import rebuild_all
@@ -50,7 +50,7 @@ async def test_h1_agent_history_and_bulk_delete_are_recorded(face: Any) -> None:
     assert [e["type"] for e in agent_hist["events"]] == ["memory.stored", "memory.stored", "agent_data.deleted"]
 
 
-async def test_h4_every_refused_command_is_audited(face: Any, http_server: ServerThread) -> None:
+async def test_h4_every_refused_command_is_audited(face: Any) -> None:
     m = await face.call("store", {"agent_id": "au", "content": "locked fact", "lock": True})
     await face.call("update_memory", {"agent_id": "au", "memory_id": m["id"], "content": "nope"})
     await face.call("delete_memory", {"agent_id": "au", "memory_id": 987654})

@@ -7,11 +7,12 @@ from typing import Any
 from conftest import ServerThread, log_end
 
 
-async def test_h3_as_of_offset_and_time(face: Any, http_server: ServerThread) -> None:
+async def test_h3_as_of_offset_and_time(face: Any) -> None:
+    """Through a face only (also run in Kafka mode): the store's offset and time come from its
+    history, as a caller would take them."""
     first = await face.call("store", {"agent_id": "t", "content": "the harbour gate code is 1234", "id": "g"})
-    at_first = log_end(http_server)[0] - 1
     hist = await face.call("history", {"ref": f"mem:{first['id']}"})
-    stored_at = hist["events"][0]["at"]
+    at_first, stored_at = hist["events"][0]["offset"], hist["events"][0]["at"]
     await face.call(
         "update_memory", {"agent_id": "t", "memory_id": first["id"], "content": "the harbour gate code is 9876"}
     )
@@ -36,3 +37,10 @@ async def test_h3_bad_as_of_is_a_clear_error(face: Any) -> None:
     for bad in (10**9, "not a time", -1):
         body = await face.call("list_memories", {"agent_id": "t2", "as_of": bad})
         assert body["ok"] is False and body["error"]
+
+
+async def test_h3_history_offsets_are_the_logs(face: Any, http_server: ServerThread) -> None:
+    """The offset history shows for an event is the one ``as_of`` takes: the event's log offset."""
+    first = await face.call("store", {"agent_id": "t3", "content": "an offset to check"})
+    hist = await face.call("history", {"ref": f"mem:{first['id']}"})
+    assert hist["events"][0]["offset"] == log_end(http_server)[0] - 1

@@ -16,6 +16,7 @@ from memstream.api.tools.writes import BETAS, GLOBAL_PRECISION
 from memstream.api.views import audit_entry, history_entry
 from memstream.projections.records import EpisodeRow, MemoryRow
 from memstream.streams.events import parse_ref
+from memstream.streams.log import resolved
 
 GET_CONTENTS_BUDGET = 40_000
 LIST_CAP = 500
@@ -264,7 +265,9 @@ class HistoryArgs(ToolArgs):
     agent_id: StrictStr | None = Field(
         default=None, description="With ref: owner check. Alone: every event of the agent, oldest first."
     )
-    since_offset: StrictInt = Field(default=0, ge=0, description="Agent history: start at this log offset.")
+    since_offset: StrictInt = Field(
+        default=0, ge=0, description="Agent history: start at this log offset (Kafka mode: of the agent's partition)."
+    )
     limit: StrictInt = Field(default=1000, ge=1, le=10_000)
 
 
@@ -273,7 +276,7 @@ async def history(engine: Any, caller: Caller, args: HistoryArgs) -> dict[str, A
     if args.ref is None and not args.agent_id:
         return {"ok": False, "error": "give ref ('mem:<id>' / 'ep:<id>') or agent_id"}
     if args.ref is None:
-        records = engine.log.read(args.since_offset, agent_id=args.agent_id, limit=args.limit)
+        records = await resolved(engine.log.read(args.since_offset, agent_id=args.agent_id, limit=args.limit))
         events = [history_entry(r) for r in records]
         return {"agent_id": args.agent_id, "events": events, "count": len(events)}
     try:
@@ -282,7 +285,7 @@ async def history(engine: Any, caller: Caller, args: HistoryArgs) -> dict[str, A
         return {"ok": False, "error": str(exc)}
     ref = f"{kind}:{ident}"
     offsets = await engine.read(lambda: list(engine.history.of(ref)))
-    events = [history_entry(r) for r in engine.log.read_offsets(offsets[: args.limit])]
+    events = [history_entry(r) for r in await resolved(engine.log.read_offsets(offsets[: args.limit]))]
     if args.agent_id and any(e["scope"]["agent_id"] != args.agent_id for e in events):
         events = []
     if not events:
@@ -291,17 +294,24 @@ async def history(engine: Any, caller: Caller, args: HistoryArgs) -> dict[str, A
 
 
 class AuditArgs(ToolArgs):
-    agent_id: StrictStr | None = Field(default=None, description="Only this agent's records.")
+    agent_id: StrictStr | None = Field(
+        default=None, description="Only this agent's records (required in Kafka mode: the trail is per partition)."
+    )
     kind: Literal["refused", "skipped", "all"] = Field(default="refused", description="Which records.")
-    since_offset: StrictInt = Field(default=0, ge=0, description="First audit offset.")
+    since_offset: StrictInt = Field(default=0, ge=0, description="First audit offset (Kafka mode: of the partition).")
     limit: StrictInt = Field(default=100, ge=1, le=10_000)
 
 
 async def audit_log(engine: Any, caller: Caller, args: AuditArgs) -> dict[str, Any]:
     """H4: refused commands (who, what, why), and optionally the skipped ones."""
-    records = engine.log.read_audit(
-        args.since_offset, agent_id=args.agent_id, kind=None if args.kind == "all" else args.kind, limit=args.limit
-    )
+    kind = None if args.kind == "all" else args.kind
+    try:
+        records = await resolved(
+            engine.log.read_audit(args.since_offset, agent_id=args.agent_id, kind=kind, limit=args.limit)
+        )
+    except InputError as exc:  # a log that cannot answer this form of the call says why
+        mark_failure("invalid")
+        return {"ok": False, "error": str(exc)}
     entries = [audit_entry(r) for r in records]
     return {"records": entries, "count": len(entries)}
 

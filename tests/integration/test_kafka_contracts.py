@@ -5,8 +5,9 @@ worker` processes on the real broker.
 One deployment serves the whole module; each test gets agents of its own by a per-test suffix
 on every agent id it sends (and taken off every answer), so tests written for a fresh embedded
 server see a fresh store here too. Tests that read the embedded log file directly (the log's
-end offset, history, audit, `check_health`'s figures) or start their own embedded servers stay
-in the embedded suites.
+end offset, `check_health`'s figures) or start their own embedded servers stay in the embedded
+suites. History, audit and point-in-time answers are also compared with the embedded server's
+for one script of calls in `test_kafka_reads.py`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ from test_contract_associations import (  # noqa: F401
     test_a5_shape_shortfalls_and_budgets,
     test_a8_traverse_bfs_by_hops_both_directions_bounded,
 )
+from test_contract_history import (  # noqa: F401
+    test_h1_agent_history_and_bulk_delete_are_recorded,
+    test_h1_history_lists_every_event_oldest_first_and_survives_delete,
+    test_h4_every_refused_command_is_audited,
+)
 from test_contract_recall import (  # noqa: F401
     test_r1_ascending_last_is_best,
     test_r2_r3_rrf_default_and_match_reason,
@@ -63,6 +69,10 @@ from test_contract_writes import (  # noqa: F401
     test_w5_lock_protects_from_update_delete_and_bulk_delete,
     test_w7_every_failure_carries_ok_false_and_error,
     test_w7_successful_reads_carry_no_ok,
+)
+from test_point_in_time import (  # noqa: F401
+    test_h3_as_of_offset_and_time,
+    test_h3_bad_as_of_is_a_clear_error,
 )
 
 from integration.broker import deployment_config, drop_topics, require_broker, stop_processes
