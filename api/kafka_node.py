@@ -39,6 +39,7 @@ from starlette.routing import Route
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.embedders import Embedders
 from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED, read_models
+from memstream.api.kafka_acl import guard_worker, owner_route
 from memstream.api.kafka_routing import route_partition
 from memstream.api.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
@@ -319,8 +320,11 @@ def node_app(node: Node) -> Starlette:
         Route("/v1/tools/{name}", call, methods=["POST"]),
         Route("/health", health),
         Route("/digests", digests),
+        owner_route(node),  # record owners, for the routers' grant checks (api/kafka_acl.py)
     ]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+    guard_worker(app, node.settings)  # MEMSTREAM_WORKER_TOKEN: only routers get an answer
+    return app
 
 
 def run_node(
