@@ -285,18 +285,26 @@ def classified(name: str) -> bool:
     return name in AGENT_SCOPED or name in RECORD_SCOPED or name in AGENT_LISTS or name in PROCESS_WIDE
 
 
+def owner_or_history(engine: Any, kind: str, ident: int) -> str | list[int]:
+    """The agent of a live record, else the log offset of its first event, if any (the event
+    names the agent: deleted records keep their history). Run it inside ``engine.read``."""
+    table = engine.memories.rows if kind == "mem" else engine.episodes.rows
+    row = table.get(ident)
+    if row is not None:
+        return str(row.agent_id)
+    return list(engine.history.of(f"{kind}:{ident}"))[:1]
+
+
 async def _owner(engine: Any, kind: str, ident: int) -> str | None:
-    """The agent a record belongs to; deleted records are found through their history."""
-    ref = f"{kind}:{ident}"
+    """The agent a record belongs to; deleted records are found through their history.
 
-    def look() -> str | list[int]:
-        table = engine.memories.rows if kind == "mem" else engine.episodes.rows
-        row = table.get(ident)
-        if row is not None:
-            return str(row.agent_id)
-        return list(engine.history.of(ref))[:1]
-
-    found = await engine.read(look)
+    An engine that holds no read models of its own (Kafka mode's router) answers through its
+    ``record_owner(kind, ident)`` instead: it asks the worker holding the record's partition."""
+    lookup = getattr(engine, "record_owner", None)
+    if lookup is not None:
+        found_remotely: str | None = await lookup(kind, ident)
+        return found_remotely
+    found = await engine.read(lambda: owner_or_history(engine, kind, ident))
     if isinstance(found, str):
         return found
     if not found:

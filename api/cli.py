@@ -90,25 +90,34 @@ def serve(
     the HTTP API of a Kafka deployment (calls routed to the `memstream worker` owning each agent)."""
     import uvicorn
 
-    from memstream.api.acl import AclConfigError
-    from memstream.api.auth import is_loopback
+    from memstream.api.acl import AclConfigError, load_configured
     from memstream.api.http_app import create_app
 
+    settings = _settings(data_dir)
     if bootstrap:
         from memstream.api.kafka_router import router_app
 
-        if not is_loopback(host):
-            logging.getLogger("memstream").warning(
-                "NETWORK-EXPOSED: binding %s in Kafka mode, which has no access control yet (docs/security.md)", host
-            )
+        try:
+            acl = load_configured(settings)  # as embedded: a bad file stops here, before Kafka is reached
+        except AclConfigError as exc:
+            raise click.ClickException(f"refusing to start: {exc}") from None
+        _bind_notice(settings, host, port)
         cfg = kafka_config(bootstrap, prefix, partitions, replication)
-        uvicorn.run(router_app(cfg, host=host), host=host, port=port, log_level="warning", access_log=False)
+        app = router_app(cfg, host=host, acl=acl, settings=settings)
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
         return
-    settings = _settings(data_dir)
     try:
         app = create_app(settings)  # loads MEMSTREAM_ACL_FILE first: a bad file stops here
     except AclConfigError as exc:
         raise click.ClickException(f"refusing to start: {exc}") from None
+    _bind_notice(settings, host, port)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _bind_notice(settings: Settings, host: str, port: int) -> None:
+    """Warn when the API binds a routable interface without tokens (both modes alike)."""
+    from memstream.api.auth import is_loopback
+
     logger = logging.getLogger("memstream")
     if settings.acl_file is None and not is_loopback(host):
         logger.warning(
@@ -118,7 +127,6 @@ def serve(
         )
     elif settings.acl_file is not None:
         logger.info("ACL mode: bearer tokens from %s required on %s:%d", settings.acl_file, host, port)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
 
 
 @main.command()
@@ -394,13 +402,22 @@ def worker(
 
     Start several: they split the partitions, and `memstream serve --kafka` routes each call to
     the worker that owns its agent."""
+    from memstream.api.auth import is_loopback
     from memstream.api.kafka_node import run_node
     from memstream.streams.kafka_log import KafkaLogError
 
+    settings = _settings(None)
+    if settings.worker_token is None and not is_loopback(host):
+        logging.getLogger("memstream").warning(
+            "NETWORK-EXPOSED WORKER WITHOUT A TOKEN: binding %s with no MEMSTREAM_WORKER_TOKEN; anyone who can "
+            "reach this port can act as any client on its agents, past the routers' access control "
+            "(docs/security.md)",
+            host,
+        )
     try:
         run_node(
             kafka_config(bootstrap, prefix, partitions, replication),
-            _settings(None),
+            settings,
             host=host,
             port=port,
             loglevel=logging.getLevelName(logging.getLogger().level),

@@ -50,6 +50,7 @@ from memstream.api import kafka_checkpoints as checkpoints
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.embedders import Embedders
 from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED, read_models
+from memstream.api.kafka_acl import guard_worker, owner_route
 from memstream.api.kafka_checkpoints import checkpoint_dir
 from memstream.api.kafka_partition_log import KafkaPartitionLog
 from memstream.api.kafka_point_in_time import KafkaPointInTime
@@ -416,8 +417,11 @@ def node_app(node: Node) -> Starlette:
         Route("/v1/tools/{name}", call, methods=["POST"]),
         Route("/health", health),
         Route("/digests", digests),
+        owner_route(node),  # record owners, for the routers' grant checks (api/kafka_acl.py)
     ]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+    guard_worker(app, node.settings)  # MEMSTREAM_WORKER_TOKEN: only routers get an answer
+    return app
 
 
 def run_node(

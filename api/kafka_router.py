@@ -6,7 +6,12 @@ compacted owners topic. The router tails that topic and forwards the call, body 
 headers unchanged, to the owner's ``POST /v1/tools/{name}``. When the owner is gone (killed,
 or the partition moved in a rebalance) the forward fails or answers ``421 not_owner``; the
 router waits for the next announcement and tries again until a deadline, so a call keeps being
-answered through a rebalance, only later.
+answered through a rebalance, only later. ``recall_fleet``, whose agents may live on several
+partitions, is split into one call per agent (``Router.fleet``).
+
+With an ACL file the router is where callers are authenticated and their grants enforced,
+before anything is forwarded; workers trust the client id the router names. Why, and the trust
+boundary that follows: api/kafka_acl.py.
 """
 
 from __future__ import annotations
@@ -26,16 +31,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from memstream.api.http_app import TOOL_ROUTES, json_response
+from memstream.api.acl import AclConfig
+from memstream.api.auth import BearerAuth
+from memstream.api.http_app import TOOL_ROUTES, caller_of, json_response
+from memstream.api.kafka_acl import OWNER_PATH, RouterGate, worker_headers
 from memstream.api.kafka_routing import route_partition
-from memstream.api.tools.dispatch import failure
+from memstream.api.settings import Settings
+from memstream.api.tools.dispatch import failure, validated
 from memstream.api.tools.registry import Caller
 from memstream.streams.kafka_log import KafkaConfig, ensure_topics
+from memstream.streams.log import LogUnavailable
 
 log = logging.getLogger(__name__)
 
 FORWARD_DEADLINE_S = 45.0
 FORWARDED_HEADERS = ("x-client-id", "x-session-id", "idempotency-key", "authorization")
+JSON_HEADERS = {"content-type": "application/json"}
 
 
 class Owners:
@@ -89,11 +100,23 @@ class Owners:
 
 
 class Router:
-    def __init__(self, cfg: KafkaConfig, deadline_s: float = FORWARD_DEADLINE_S) -> None:
+    """Forwards calls to the workers owning their partitions; in ACL mode (``acl``) it first
+    checks the caller's grants and audits denials (api/kafka_acl.py)."""
+
+    def __init__(
+        self,
+        cfg: KafkaConfig,
+        deadline_s: float = FORWARD_DEADLINE_S,
+        *,
+        acl: AclConfig | None = None,
+        settings: Settings | None = None,
+    ) -> None:
         self.cfg = cfg
         self.deadline_s = deadline_s
         self.owners = Owners(cfg)
+        self._worker_headers = worker_headers(settings)
         self._session: aiohttp.ClientSession | None = None
+        self.gate = RouterGate(acl, self) if acl is not None else None
 
     @property
     def client(self) -> aiohttp.ClientSession:
@@ -103,21 +126,30 @@ class Router:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
                 timeout=aiohttp.ClientTimeout(total=60.0, sock_connect=2.0),
+                headers=self._worker_headers,
                 skip_auto_headers=("User-Agent",),
             )
         return self._session
 
-    async def aclose(self) -> None:
+    async def start(self) -> None:
+        await self.owners.start()
+        if self.gate is not None:
+            await self.gate.start()
+
+    async def close(self) -> None:
+        if self.gate is not None:
+            await self.gate.close()
+        await self.owners.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
 
-    async def forward(self, name: str, body: bytes, headers: dict[str, str]) -> Response:
+    async def forward(self, name: str, body: bytes, headers: dict[str, str], caller: Caller | None = None) -> Response:
         try:
             args = orjson.loads(body) if body.strip() else {}
         except orjson.JSONDecodeError as exc:
             return json_response(failure(f"invalid JSON body: {exc}"), 400)
-        status, content = await self.forward_raw(name, args, body, headers)
+        status, content = await self.forward_raw(name, args, body, headers, caller)
         return Response(content, status_code=status, media_type="application/json")
 
     async def call(self, caller: Caller, name: str, args: Any) -> dict[str, Any]:
@@ -125,7 +157,7 @@ class Router:
         headers = {"content-type": "application/json", "x-client-id": caller.client_id}
         if caller.session_id:
             headers["x-session-id"] = caller.session_id
-        _, content = await self.forward_raw(name, args, orjson.dumps(args), headers)
+        _, content = await self.forward_raw(name, args, orjson.dumps(args), headers, caller)
         body: dict[str, Any] = orjson.loads(content)
         return body
 
@@ -157,18 +189,74 @@ class Router:
         }
         return {"status": status, "checks_run": ["owners", "workers"], "issues": issues, "stats": stats}
 
-    async def forward_raw(self, name: str, args: Any, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    async def denied(self, caller: Caller | None, name: str, args: Any) -> tuple[int, bytes] | None:
+        """In ACL mode, the answer to a call the caller's grants do not cover (403, audited), or
+        503 when a record's owner could not be asked; None when the call may be forwarded.
+        Calls dispatch would refuse before any grant check pass: their worker refuses them."""
+        if self.gate is None:
+            return None
+        args = {} if args is None else args  # as run_tool reads absent arguments
+        call = validated(name, args)
+        if call is None:
+            return None
+        who = caller or Caller(client_id="anonymous")  # not authenticated: denied (fail closed)
+        try:
+            denial = await self.gate.check(who, call[0], call[1], args)
+        except LogUnavailable as exc:
+            return 503, orjson.dumps(failure(f"log_unavailable: {exc}"))
+        return None if denial is None else (403, orjson.dumps(denial))
+
+    async def forward_raw(
+        self, name: str, args: Any, body: bytes, headers: dict[str, str], caller: Caller | None = None
+    ) -> tuple[int, bytes]:
+        refused = await self.denied(caller, name, args)
+        if refused is not None:
+            return refused
         if name == "check_health":  # the deployment's health is the router's to tell, not one worker's
             verdict = await self.health()
             return (503 if verdict["status"] == "unhealthy" else 200), orjson.dumps(verdict)
-        partition = route_partition(args, self.cfg.partitions)
+        if name == "recall_fleet" and validated(name, args) is not None:
+            return await self.fleet(args, headers)
+        return await self._post(route_partition(args, self.cfg.partitions), f"/v1/tools/{name}", body, headers)
+
+    async def fleet(self, args: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
+        """``recall_fleet`` across partitions. Embedded mode answers it from one engine holding
+        every agent; here each agent's rows are on the worker of its own partition, so the call
+        (already checked as a whole) is split into one ``recall_fleet`` per agent, each agent
+        once in the order named, and the answers are joined as embedded mode joins them: the
+        first failing agent's answer stands for the whole call."""
+        results: list[Any] = []
+        for agent in dict.fromkeys(args["agent_ids"]):
+            one = {**args, "agent_ids": [agent]}
+            partition = route_partition(one, self.cfg.partitions)
+            status, content = await self._post(partition, "/v1/tools/recall_fleet", orjson.dumps(one), headers)
+            body = orjson.loads(content)
+            if status != 200 or not isinstance(body, dict) or not isinstance(body.get("results"), list):
+                return status, content
+            results.extend(body["results"])
+        return 200, orjson.dumps({"results": results, "count": sum(len(r["messages"]) for r in results)})
+
+    async def record_owner(self, kind: str, ident: int) -> str | None:
+        """The agent owning record ``kind:ident``, asked of the worker holding its partition
+        (ids carry their partition); None when no record has that id."""
+        if ident <= 0:
+            return None
+        ref = orjson.dumps({"ref": f"{kind}:{ident}"})
+        status, content = await self._post((ident - 1) % self.cfg.partitions, OWNER_PATH, ref, JSON_HEADERS)
+        if status != 200:
+            raise LogUnavailable(f"no worker named the owner of {kind}:{ident} (HTTP {status})")
+        owner = orjson.loads(content)["owner"]
+        return None if owner is None else str(owner)
+
+    async def _post(self, partition: int, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """POST to the owner of ``partition``, following ownership changes until the deadline."""
         end = time.monotonic() + self.deadline_s
         why = "no worker has announced this partition yet"
         while time.monotonic() < end:
             url = self.owners.urls.get(partition)
             if url is not None:
                 try:
-                    async with self.client.post(f"{url}/v1/tools/{name}", data=body, headers=headers) as r:
+                    async with self.client.post(f"{url}{path}", data=body, headers=headers) as r:
                         status, content = r.status, await r.read()
                 except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                     why = f"owner {url} unreachable: {type(exc).__name__}"  # gone: wait for the next one
@@ -182,51 +270,61 @@ class Router:
 
 class RouterEngine:
     """What a face that has no local engine holds in Kafka mode (``memstream mcp`` over stdio):
-    the router, started and closed like an engine."""
+    the router, started and closed like an engine. ``acl``: the policy the router enforces."""
 
-    acl = None  # access control is not available in Kafka mode yet (docs/security.md)
-
-    def __init__(self, cfg: KafkaConfig) -> None:
-        self.router = Router(cfg)
+    def __init__(self, cfg: KafkaConfig, *, acl: AclConfig | None = None, settings: Settings | None = None) -> None:
+        self.acl = acl
+        self.router = Router(cfg, acl=acl, settings=settings)
 
     async def start(self) -> None:
-        await self.router.owners.start()
+        await self.router.start()
 
     async def close(self) -> None:
-        await self.router.owners.close()
-        await self.router.aclose()
+        await self.router.close()
 
 
-def router_app(cfg: KafkaConfig, *, host: str = "127.0.0.1") -> Starlette:
+def router_app(
+    cfg: KafkaConfig, *, host: str = "127.0.0.1", acl: AclConfig | None = None, settings: Settings | None = None
+) -> Starlette:
+    """The API process's app. With ``acl`` every request needs a bearer token of the file
+    (401 otherwise, as in embedded mode) and every call is checked before it is forwarded."""
     from memstream.api.mcp_server import McpHttpApp
 
-    router = Router(cfg)
+    router = Router(cfg, acl=acl, settings=settings)
     mcp = McpHttpApp(None, host=host, call=router.call)
 
     async def call(request: Request) -> Response:
         name = request.path_params.get("name") or TOOL_ROUTES[request.url.path]
         headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED_HEADERS}
         headers["content-type"] = "application/json"
-        return await router.forward(name, await request.body(), headers)
+        caller = caller_of(request)
+        if caller.authenticated:  # ACL mode: the token's client goes on, never the token
+            headers.pop("authorization", None)
+            headers["x-client-id"] = caller.client_id
+        return await router.forward(name, await request.body(), headers, caller)
 
     async def health(request: Request) -> Response:
+        refused = await router.denied(caller_of(request), "check_health", {})
+        if refused is not None:
+            return Response(refused[1], status_code=refused[0], media_type="application/json")
         verdict = await router.health()
         body = {**verdict, "partitions_with_owner": verdict["stats"]["partitions_with_owner"]}
         return json_response(body, 503 if verdict["status"] == "unhealthy" else 200)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await router.owners.start()
+        await router.start()
         try:
             async with mcp.lifespan():
                 yield
         finally:
-            await router.owners.close()
-            await router.aclose()
+            await router.close()
 
     routes = [Route("/v1/tools/{name}", call, methods=["POST"]), Route("/health", health)]
     routes.append(Route("/mcp", endpoint=mcp))  # a Route, so POST /mcp itself is served
     routes += [Route(path, call, methods=["POST"]) for path in TOOL_ROUTES]
     app = Starlette(routes=routes, lifespan=lifespan)
+    if acl is not None:
+        app.add_middleware(BearerAuth, acl=acl)  # outermost: nothing is served before the token is checked
     app.state.router = router
     return app

@@ -9,14 +9,18 @@ from memstream.streams.log import partition_for
 
 
 def route_partition(args: Any, partitions: int) -> int:
-    """The partition a call belongs to: its ``agent_id``'s, else the partition a record id it
-    names was allocated in (ids are ``seq * partitions + partition + 1``, so every id carries
-    its partition), else the partition of the name ``-`` (the call is refused there as it
-    would be anywhere)."""
+    """The partition a call belongs to: its ``agent_id``'s, else its first ``agent_ids``' (a
+    fleet-wide read the router splits into one call per agent, see ``Router.fleet``), else the
+    partition a record id it names was allocated in (ids are ``seq * partitions + partition +
+    1``, so every id carries its partition), else the partition of the name ``-`` (the call is
+    refused there as it would be anywhere)."""
     if isinstance(args, dict):
         agent = args.get("agent_id")
         if isinstance(agent, str) and agent:
             return partition_for(agent, partitions)
+        fleet = args.get("agent_ids")
+        if isinstance(fleet, list) and fleet and isinstance(fleet[0], str) and fleet[0]:
+            return partition_for(fleet[0], partitions)
         for key in ("memory_id", "episode_id"):
             ident = args.get(key)
             if isinstance(ident, int) and not isinstance(ident, bool) and ident > 0:

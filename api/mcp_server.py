@@ -355,7 +355,8 @@ async def run_stdio(
     """Serve MCP over this process's stdin/stdout until stdin closes; then close the engine.
 
     With ``kafka`` (a ``KafkaConfig``) there is no local engine: every tool call is forwarded
-    to the worker owning its agent, as ``memstream serve --kafka`` does for HTTP.
+    to the worker owning its agent, as ``memstream serve --kafka`` does for HTTP; in ACL mode
+    the router checks the ``local`` principal's grants before forwarding, as dispatch does here.
 
     SIGTERM/SIGINT stop the server the same way. The SDK reads stdin on a worker thread that
     cannot be interrupted, so if stdin is still open one second after the signal, the process
@@ -384,7 +385,7 @@ async def run_stdio(
     if kafka is not None:
         from memstream.api.kafka_router import RouterEngine
 
-        engine = RouterEngine(kafka)
+        engine = RouterEngine(kafka, acl=acl, settings=settings)  # the router checks grants (api/kafka_acl.py)
         remote = engine.router.call
     else:
         engine = Engine(settings)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 
 def default_data_dir() -> Path:
@@ -38,6 +38,9 @@ class Settings(BaseModel):
     # How long a read waits for the projections to reach the caller's own write (R12).
     read_your_writes_timeout_s: float = Field(default=5.0, gt=0)
     acl_file: Path | None = None
+    # Kafka mode: the shared secret routers present to workers (api/kafka_acl.py). When a worker
+    # has one, it answers nothing that does not carry it, so only routers reach its tools.
+    worker_token: SecretStr | None = None
 
     # -- recall (CPersona's knobs, MEMSTREAM_ prefix) --------------------------------------
     recall_mode: Literal["rrf", "rsf", "cascade"] = "rrf"
@@ -80,6 +83,18 @@ class Settings(BaseModel):
     # worker that gains the partition folds only the tail (docs/kafka-operations.md).
     kafka_checkpoint_every: int = Field(default=100_000, ge=0)
 
+    @field_validator("worker_token")
+    @classmethod
+    def _presentable(cls, token: SecretStr | None) -> SecretStr | None:
+        """A header value sent on every forwarded call: printable ASCII, no surrounding space
+        (a value written with ``echo`` ends in a newline). Never echoed in the error."""
+        if token is None:
+            return None
+        raw = token.get_secret_value()
+        if len(raw) < 16 or not raw.isascii() or not raw.isprintable() or raw != raw.strip() or " " in raw:
+            raise ValueError("must be at least 16 printable ASCII characters without spaces")
+        return token
+
     @property
     def log_path(self) -> Path:
         return self.data_dir / "log.sqlite3"
@@ -102,6 +117,7 @@ _ENV = {
     "embedder": "MEMSTREAM_EMBEDDER",
     "read_your_writes_timeout_s": "MEMSTREAM_READ_YOUR_WRITES_TIMEOUT",
     "acl_file": "MEMSTREAM_ACL_FILE",
+    "worker_token": "MEMSTREAM_WORKER_TOKEN",
     "recall_mode": "MEMSTREAM_RECALL_MODE",
     "recall_retrievers": "MEMSTREAM_RECALL_RETRIEVERS",
     "max_memories": "MEMSTREAM_MAX_MEMORIES",

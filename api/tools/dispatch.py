@@ -8,11 +8,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memstream.api.acl import WILDCARD, authorize, denial
+from memstream.api.acl import WILDCARD, AclConfig, authorize, denial
 from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED
 from memstream.api.logging_setup import log_call
 from memstream.api.metrics import FACE
-from memstream.api.tools.registry import REGISTRY, Caller
+from memstream.api.tools.registry import REGISTRY, Caller, Tool, ToolArgs
 from memstream.streams.embedding import EmbeddingError
 from memstream.streams.events import Actor, AuditRecord, Scope, new_id, utcnow
 from memstream.streams.log import LogUnavailable
@@ -98,24 +98,9 @@ async def _run_tool(engine: Any, caller: Caller, name: str, raw: Any) -> tuple[d
         return await _refuse(engine, caller, name, raw, f"invalid arguments: {describe_validation(exc)}"), "invalid"
     acl = getattr(engine, "acl", None)
     if acl is not None:  # ACL mode (api/acl.py): the caller's grants must cover the call
-        refused = await authorize(engine, acl, caller, tool, args)
-        if refused is not None:
-            demand, why = refused
-            where = demand.agent if demand.agent not in ("", WILDCARD) else None
-            log.warning("ACL denial: client=%s tool=%s agent=%s", caller.client_id, name, demand.agent or "-")
-            # A fresh command id: the audit record of a refusal answers retries of its command id
-            # (W9), and a denied caller must not pin an outcome on an id an authorized one may use.
-            await _audit(
-                engine,
-                caller,
-                name,
-                raw,
-                f"permission_denied: {why}",
-                error="permission_denied",
-                agent=where,
-                fresh=True,
-            )
-            return denial(name, caller.client_id, demand, why), "permission_denied"
+        denied = await enforce_grants(engine, acl, caller, tool, args, raw)
+        if denied is not None:
+            return denied, "permission_denied"
     REFUSAL_AUDITED.set(False)
     FAILURE_CODE.set(None)
     try:
@@ -134,6 +119,51 @@ async def _run_tool(engine: Any, caller: Caller, name: str, raw: Any) -> tuple[d
     if not REFUSAL_AUDITED.get():  # refused by the handler before any command: audit it here
         await _audit(engine, caller, name, raw, str(body.get("error") or body.get("reason") or "refused"))
     return body, FAILURE_CODE.get() or "invalid"
+
+
+def validated(name: str, raw: Any) -> tuple[Tool, ToolArgs] | None:
+    """The tool and its validated arguments, or None when ``run_tool`` refuses the call before
+    any grant is checked (unknown tool, arguments that are not a valid object). For a face that
+    enforces grants before handing a call on (Kafka mode's router, api/kafka_acl.py): what this
+    refuses it hands on unchanged, to be refused and audited as invalid as embedded mode does."""
+    tool = REGISTRY.get(name)
+    if tool is None:
+        return None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict) or _too_deep(raw) or _first_surrogate(raw) is not None:
+        return None
+    try:
+        return tool, tool.args.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+async def enforce_grants(
+    engine: Any, acl: AclConfig, caller: Caller, tool: Tool, args: ToolArgs, raw: Any
+) -> dict[str, Any] | None:
+    """None when the caller's grants cover the validated call; else the denial, once its audit
+    record is written through ``engine.refuse`` (the same record in every mode)."""
+    refused = await authorize(engine, acl, caller, tool, args)
+    if refused is None:
+        return None
+    name = tool.name
+    demand, why = refused
+    where = demand.agent if demand.agent not in ("", WILDCARD) else None
+    log.warning("ACL denial: client=%s tool=%s agent=%s", caller.client_id, name, demand.agent or "-")
+    # A fresh command id: the audit record of a refusal answers retries of its command id
+    # (W9), and a denied caller must not pin an outcome on an id an authorized one may use.
+    await _audit(
+        engine,
+        caller,
+        name,
+        raw,
+        f"permission_denied: {why}",
+        error="permission_denied",
+        agent=where,
+        fresh=True,
+    )
+    return denial(name, caller.client_id, demand, why)
 
 
 async def refuse(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:
