@@ -50,9 +50,13 @@ class Settings(BaseModel):
     vector_reach: int = Field(default=0, ge=0)  # > max_memories adds the far list (rrf/rsf)
     vector_far_limit: int = Field(default=0, ge=0)  # far rows that may vote (0: the limit)
     vector_min_similarity: float = Field(default=0.3, ge=-1, le=1)  # cascade's vector stage
-    rrf_k: int = Field(default=60, ge=1)
-    # The lexical list's vote relative to the vector list's in rrf (see docs/eval.md).
-    rrf_lexical_weight: float = Field(default=0.5, ge=0)
+    rrf_k: int = Field(default=60, ge=1)  # the rrf score's constant: the gate's scale, match_reason
+    # rrf's order: each vote weighted by its retriever's evidence for the row (cosine; share of
+    # the query's IDF mass), ``evidence / rank``. Off: classic ``1 / (rrf_k + rank)`` votes.
+    rrf_evidence: bool = True
+    # The lexical list's vote relative to the vector list's in rrf (docs/eval.md). With evidence
+    # weighting the evidence does this job; 0.5 was the classic order's default.
+    rrf_lexical_weight: float = Field(default=1.0, ge=0)
     confidence_enabled: bool = False
     confidence_ordering: Literal["fusion", "legacy"] = "fusion"
     episode_penalty_enabled: bool = False
@@ -125,6 +129,7 @@ _ENV = {
     "vector_far_limit": "MEMSTREAM_VECTOR_FAR_LIMIT",
     "vector_min_similarity": "MEMSTREAM_VECTOR_MIN_SIMILARITY",
     "rrf_k": "MEMSTREAM_RRF_K",
+    "rrf_evidence": "MEMSTREAM_RRF_EVIDENCE",
     "rrf_lexical_weight": "MEMSTREAM_RRF_LEXICAL_WEIGHT",
     "confidence_enabled": "MEMSTREAM_CONFIDENCE_ENABLED",
     "confidence_ordering": "MEMSTREAM_CONFIDENCE_ORDERING",

@@ -42,9 +42,15 @@ Usage (from the repo root, in the project venv)::
     python bench/eval_recall.py                                   # everything (CPersona's part ~4 min)
     python bench/eval_recall.py --systems cpersona                # one system
     python bench/eval_recall.py --max-docs 1000 --max-queries 100 # a quick run
-    python bench/eval_recall.py --memstream-modes dense,lexical,rrf,rsf,cascade
+    python bench/eval_recall.py --memstream-modes dense,lexical,rrf,rrf-classic,rsf,cascade
+    python bench/eval_recall.py --systems memstream --split dev   # tune on the dev halves only
+    python bench/eval_recall.py --data bench/eval_data/agent-notes  # the lexical-strong check
 
-Results: ``bench/results/eval_recall.json`` (``--out``) and a markdown table on stdout.
+Every query set is split into a dev and a test half (``split_halves``, seed ``SPLIT_SEED``); each
+run reports both halves beside the whole set, and paired differences against a baseline
+(CPersona's default, else memstream's dense mode, or ``--baseline``) per half too.
+
+Results: ``bench/results/eval_recall.json`` (``--out``) and markdown tables on stdout.
 """
 
 from __future__ import annotations
@@ -84,12 +90,23 @@ EMBED_SERVER = REPO / "bench" / "embed_server.py"
 AGENT = "eval"
 K = 10
 PROTOCOL_VERSION = "2025-06-18"
+# Every query set is split into a dev and a test half by this seed (``split_halves``): tune on
+# dev (``--split dev``), report test. Fixed before any fusion parameter was chosen; never tuned.
+SPLIT_SEED = 1
+HALVES = ("dev", "test")
 
 # memstream mode name -> server environment
 MEMSTREAM_MODES: dict[str, dict[str, str]] = {
     "dense": {"MEMSTREAM_RECALL_RETRIEVERS": "vector"},
     "lexical": {"MEMSTREAM_RECALL_RETRIEVERS": "lexical"},
     "rrf": {"MEMSTREAM_RECALL_RETRIEVERS": "all", "MEMSTREAM_RECALL_MODE": "rrf"},
+    # rrf's order before evidence weighting: 1 / (60 + rank) votes, the lexical one weighted 0.5
+    "rrf-classic": {
+        "MEMSTREAM_RECALL_RETRIEVERS": "all",
+        "MEMSTREAM_RECALL_MODE": "rrf",
+        "MEMSTREAM_RRF_EVIDENCE": "false",
+        "MEMSTREAM_RRF_LEXICAL_WEIGHT": "0.5",
+    },
     "rsf": {"MEMSTREAM_RECALL_RETRIEVERS": "all", "MEMSTREAM_RECALL_MODE": "rsf"},
     "cascade": {"MEMSTREAM_RECALL_RETRIEVERS": "all", "MEMSTREAM_RECALL_MODE": "cascade"},
 }
@@ -117,6 +134,7 @@ class Dataset:
     query_sets: dict[str, dict[str, str]]  # set name -> {query id -> text}, in file order
     qrels: Qrels  # query id -> {doc id -> grade}
     meta: dict[str, Any] = field(default_factory=dict)
+    half_of: dict[str, str] = field(default_factory=dict)  # query id -> "dev" | "test"
 
     def relevant(self, qid: str) -> set[str]:
         return {d for d, g in self.qrels.get(qid, {}).items() if g > 0}
@@ -211,7 +229,50 @@ def subset(ds: Dataset, max_docs: int | None = None, max_queries: int | None = N
     sets = {n: {q: t for q, t in qs.items() if q not in dropped} for n, qs in sets.items()}
     qids = {q for qs in sets.values() for q in qs}
     qrels = {q: {d: g for d, g in js.items() if d in docs} for q, js in ds.qrels.items() if q in qids}
-    return Dataset(docs, sets, qrels, dict(ds.meta))
+    return Dataset(docs, sets, qrels, dict(ds.meta), dict(ds.half_of))
+
+
+def split_halves(qids: Iterable[str], seed: int = SPLIT_SEED) -> tuple[list[str], list[str]]:
+    """(dev, test): the queries ordered by ``sha256(f"{seed}:{qid}")``, the first half (rounded
+    down) dev and the rest test, each kept in input order. Depends on the ids and the seed
+    only, so a half is the same whatever runs, machines or subsets use it."""
+    qids = list(dict.fromkeys(qids))
+    ranked = sorted(qids, key=lambda q: hashlib.sha256(f"{seed}:{q}".encode()).hexdigest())
+    dev = set(ranked[: len(ranked) // 2])
+    return [q for q in qids if q in dev], [q for q in qids if q not in dev]
+
+
+def assign_halves(ds: Dataset, seed: int = SPLIT_SEED) -> Dataset:
+    """Split every query set of the full dataset into halves (``split_halves``); call it before
+    ``subset`` or ``only_half``, so a half is defined over the whole set."""
+    half_of: dict[str, str] = {}
+    for qs in ds.query_sets.values():
+        dev, test = split_halves(qs, seed)
+        half_of.update(dict.fromkeys(dev, "dev") | dict.fromkeys(test, "test"))
+    return Dataset(ds.docs, ds.query_sets, ds.qrels, dict(ds.meta), half_of)
+
+
+def only_half(ds: Dataset, half: str) -> Dataset:
+    """The dataset with only the queries of one half (the corpus unchanged)."""
+    if half not in HALVES:
+        raise ValueError(f"half must be one of {HALVES}, got {half!r}")
+    if not ds.half_of:
+        raise ValueError("the dataset has no halves: call assign_halves first")
+    sets = {n: {q: t for q, t in qs.items() if ds.half_of.get(q) == half} for n, qs in ds.query_sets.items()}
+    return Dataset(ds.docs, sets, ds.qrels, dict(ds.meta), dict(ds.half_of))
+
+
+def by_half(
+    runs: Mapping[str, Sequence[str]], ds: Dataset, qids: Iterable[str], k: int = K
+) -> dict[str, dict[str, Any]]:
+    """``evaluate`` on each half's share of ``qids`` (halves with no query left out)."""
+    qids = list(qids)
+    out = {}
+    for half in HALVES:
+        part = [q for q in qids if ds.half_of.get(q) == half]
+        if part:
+            out[half] = evaluate(runs, ds.qrels, part, k)
+    return out
 
 
 # =============================================================================================
@@ -412,6 +473,8 @@ def run_queries(
                 rows.append(len(msgs))
                 lat.append(dt * 1000)
         scores = evaluate(runs, ds.qrels, qs, per_query=True)
+        if ds.half_of:
+            scores["halves"] = by_half(runs, ds, qs)
         scores.update(
             {
                 "mean_rows": round(statistics.fmean(rows), 2) if rows else 0.0,
@@ -839,6 +902,8 @@ def run_references(ds: Dataset, embed: EmbedServer | None) -> list[dict[str, Any
             top = np.argsort(-sims, axis=1, kind="stable")[:, :K]
             runs = {q: [doc_ids[j] for j in top[i]] for i, q in enumerate(qs)}
             sets[name] = evaluate(runs, ds.qrels, qs, per_query=True)
+            if ds.half_of:
+                sets[name]["halves"] = by_half(runs, ds, qs)
         results.append({"system": "reference", "mode": "exact-cosine", "query_sets": sets})
         log(f"reference[exact-cosine]: {_brief(sets)}")
     sets = {}
@@ -856,6 +921,8 @@ def run_references(ds: Dataset, embed: EmbedServer | None) -> list[dict[str, Any
             rows = db.execute("SELECT rowid FROM d WHERE d MATCH ? ORDER BY bm25(d) LIMIT ?", (match, K)).fetchall()
             runs[q] = [doc_ids[r[0]] for r in rows]
         sets[name] = evaluate(runs, ds.qrels, qs, per_query=True)
+        if ds.half_of:
+            sets[name]["halves"] = by_half(runs, ds, qs)
     db.close()
     results.append({"system": "reference", "mode": "fts5-bm25", "query_sets": sets})
     log(f"reference[fts5-bm25]: {_brief(sets)}")
@@ -881,8 +948,11 @@ def paired_diff(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, flo
     return {"mean": round(statistics.fmean(diffs), 4), "se": round(se, 4), "queries": len(diffs)}
 
 
-def paired_report(results: Sequence[Mapping[str, Any]], baseline: tuple[str, str]) -> dict[str, Any]:
-    """NDCG@10 of every other result minus the ``baseline`` (system, mode)'s, query by query."""
+def paired_report(
+    results: Sequence[Mapping[str, Any]], baseline: tuple[str, str], half_of: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """NDCG@10 of every other result minus the ``baseline`` (system, mode)'s, query by query;
+    with ``half_of`` (query id -> half), also per half, under ``halves``."""
     key = f"per_query_ndcg@{K}"
     base = next((r for r in results if (r["system"], r["mode"]) == baseline), None)
     if base is None:
@@ -896,11 +966,19 @@ def paired_report(results: Sequence[Mapping[str, Any]], baseline: tuple[str, str
             b = base.get("query_sets", {}).get(name)
             if b and key in s and key in b:
                 per_set[name] = paired_diff(s[key], b[key])
+                if half_of:
+                    halves = {}
+                    for half in HALVES:
+                        a_half = {q: v for q, v in s[key].items() if half_of.get(q) == half}
+                        if a_half:
+                            halves[half] = paired_diff(a_half, b[key])
+                    per_set[name]["halves"] = halves
         out[f"{r['system']}/{r['mode']}"] = per_set
     return out
 
 
-def markdown_table(results: Sequence[Mapping[str, Any]], set_names: Sequence[str]) -> str:
+def markdown_table(results: Sequence[Mapping[str, Any]], set_names: Sequence[str], half: str | None = None) -> str:
+    """One row per result; with ``half``, that half's figures (rows/latency are the whole set's)."""
     head = ["system", "mode"]
     for n in set_names:
         head += [f"{n} NDCG@10", f"{n} R@10", f"{n} MRR@10"]
@@ -911,6 +989,8 @@ def markdown_table(results: Sequence[Mapping[str, Any]], set_names: Sequence[str
         sets = r.get("query_sets", {})
         for n in set_names:
             s = sets.get(n)
+            if s and half is not None:
+                s = s.get("halves", {}).get(half)
             cells += [f"{s['ndcg@10']:.3f}", f"{s['recall@10']:.3f}", f"{s['mrr@10']:.3f}"] if s else ["–"] * 3
         rows = [s.get("mean_rows") for s in sets.values() if "mean_rows" in s]
         p50 = [s.get("recall_ms_p50") for s in sets.values() if "recall_ms_p50" in s]
@@ -1064,6 +1144,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-docs", type=int, default=None, help="corpus size cap (relevant documents kept first)")
     ap.add_argument("--max-queries", type=int, default=None, help="queries per set")
     ap.add_argument("--sets", default=None, help="comma list of query sets (default: all in the dataset)")
+    ap.add_argument(
+        "--split",
+        choices=("all", *HALVES),
+        default="all",
+        help="run every query (figures per half are reported too) or one half only (tune on dev)",
+    )
+    ap.add_argument("--split-seed", type=int, default=SPLIT_SEED, help=f"dev/test split seed (default {SPLIT_SEED})")
+    ap.add_argument(
+        "--baseline",
+        default=None,
+        metavar="SYSTEM/MODE",
+        help="paired differences against this result (default: CPersona's first mode, else memstream/dense)",
+    )
     ap.add_argument("--concurrency", type=int, default=8, help="memstream stores in flight")
     ap.add_argument("--query-concurrency", type=int, default=1, help="recalls in flight (1 gives clean latencies)")
     ap.add_argument("--cpersona-concurrency", type=int, default=4, help="CPersona requests in flight over stdio")
@@ -1091,6 +1184,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def pick_baseline(results: Sequence[Mapping[str, Any]], wanted: str | None) -> tuple[str, str] | None:
+    """``wanted`` ("system/mode") if given and present; else CPersona's first mode, else memstream's
+    dense mode, else None."""
+    keys = [(str(r["system"]), str(r["mode"])) for r in results]
+    if wanted:
+        system, _, mode = wanted.partition("/")
+        return (system, mode) if (system, mode) in keys else None
+    return next((k for k in keys if k[0] == "cpersona"), None) or (
+        ("memstream", "dense") if ("memstream", "dense") in keys else None
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.build_data:
@@ -1102,6 +1207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.sets:
         wanted = args.sets.split(",")
         ds.query_sets = {n: q for n, q in ds.query_sets.items() if n in wanted}
+    ds = assign_halves(ds, args.split_seed)
+    if args.split != "all":
+        ds = only_half(ds, args.split)
     ds = subset(ds, args.max_docs, args.max_queries)
     set_names = list(ds.query_sets)
     log(
@@ -1148,6 +1256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "query_sets": {n: len(q) for n, q in ds.query_sets.items()},
             "max_docs": args.max_docs,
             "max_queries": args.max_queries,
+            "split": args.split,
+            "split_seed": args.split_seed,
         },
         "embedder": {
             "model": embed.model if embed else None,
@@ -1163,18 +1273,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         "results": results,
         "skipped": skipped,
     }
-    baseline = next(((r["system"], r["mode"]) for r in results if r["system"] == "cpersona"), None)
+    baseline = pick_baseline(results, args.baseline)
     if baseline:
-        report["paired_ndcg@10_minus"] = {"baseline": "/".join(baseline), **paired_report(results, baseline)}
+        report["paired_ndcg@10_minus"] = {
+            "baseline": "/".join(baseline),
+            **paired_report(results, baseline, ds.half_of),
+        }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(markdown_table(results, set_names))
+    if args.split == "all":
+        for half in HALVES:
+            print(f"\n{half} half (split seed {args.split_seed}):\n")
+            print(markdown_table(results, set_names, half))
     if baseline:
         print(f"\nNDCG@10 minus {'/'.join(baseline)}, query by query (mean ± 1.96·SE):\n")
         for who, per_set in report["paired_ndcg@10_minus"].items():
             if who == "baseline":
                 continue
-            cells = [f"{n} {d['mean']:+.3f} ± {1.96 * d['se']:.3f}" for n, d in per_set.items()]
+            cells = []
+            for n, d in per_set.items():
+                cell = f"{n} {d['mean']:+.3f} ± {1.96 * d['se']:.3f}"
+                parts = [f"{h} {x['mean']:+.3f} ± {1.96 * x['se']:.3f}" for h, x in d.get("halves", {}).items()]
+                cells.append(cell + (f" ({', '.join(parts)})" if parts and args.split == "all" else ""))
             print(f"- {who}: " + "; ".join(cells))
     for s in skipped:
         print(f"\n_{s['system']} skipped: {s['reason']}_")

@@ -52,6 +52,26 @@ BLOCK: Final = 64
 _NO_IDS: Final = np.zeros(0, dtype=np.int64)
 
 
+def _idf(n_live: int, df: int) -> float:
+    """Lucene's BM25 idf: positive for any df up to the row count."""
+    return math.log(1.0 + (n_live - df + 0.5) / (df + 0.5))
+
+
+def _held_share(held: list[np.ndarray], idfs: list[float], slots: np.ndarray) -> np.ndarray:
+    """Per slot of ``slots``, the summed ``idfs`` of the terms whose ascending slot arrays
+    (``held``) contain it, over the sum of all ``idfs``: a binary search per term, no pass over
+    the postings. Postings hold each slot at most once per term, in ascending order: slots are
+    appended in order and compaction renumbers them monotonically."""
+    out = np.zeros(slots.shape[0], dtype=np.float64)
+    total = sum(idfs)
+    if total <= 0 or not slots.shape[0]:
+        return out
+    for s, idf in zip(held, idfs, strict=True):
+        pos = np.minimum(np.searchsorted(s, slots), s.shape[0] - 1)
+        out += idf * (s[pos] == slots)
+    return out / total
+
+
 def _grow(a: np.ndarray, cap: int) -> np.ndarray:
     out = np.zeros(cap, dtype=a.dtype)
     out[: a.shape[0]] = a
@@ -244,13 +264,18 @@ class _AgentIndex:
     def count(self, scope: ScopeFilter) -> int:
         return sum(n for (p, c), n in self.buckets.items() if scope.admits(p, c))
 
-    def bm25(self, scope: ScopeFilter, qtoks: list[str], k: int) -> list[tuple[str, float]]:
+    def bm25(self, scope: ScopeFilter, qtoks: list[str], k: int) -> list[tuple[str, float, float]]:
+        """``[(ref, score, share)]`` best first. ``share``: the row's share of the query's IDF mass,
+        the summed idf of the distinct query tokens it holds over that of every query token some
+        live row holds (a token no row holds is evidence for no row, so it does not count).
+        Unlike the score it ignores term frequency and row length, so a long memory holding the
+        query's one rare term has as large a share as a short one."""
         n_live = len(self.slot_of)
         if not n_live or not self.total_len:
             return []
         slope = K1 * B / (self.total_len / n_live)
         floor = K1 * (1.0 - B)
-        slots, contribs = [], []
+        slots, contribs, idfs = [], [], []
         for t in qtoks:
             d = self.df.get(t)
             if not d:
@@ -259,7 +284,8 @@ class _AgentIndex:
             s = pairs[:, 0].copy()
             tf = pairs[:, 1].astype(np.float64)
             del pairs  # no view of the array('i') outlives this line: appends may resize it
-            idf = math.log(1.0 + (n_live - d + 0.5) / (d + 0.5))
+            idf = _idf(n_live, d)
+            idfs.append(idf)
             # idf * (k1 + 1) * tf / (tf + k1 * (1 - b + b * dl / avgdl)), in place
             den = self.dlen[s]
             den *= slope
@@ -276,9 +302,16 @@ class _AgentIndex:
         scores = np.bincount(np.concatenate(slots), weights=np.concatenate(contribs), minlength=size)
         scores *= self._valid(scope, size)
         top = self._top(scores, k)
-        return [(self.refs[i], float(v)) for i, v in zip(top.tolist(), scores[top].tolist(), strict=True)]
+        shares = _held_share(slots, idfs, top)
+        return [
+            (self.refs[i], float(v), sh)
+            for i, v, sh in zip(top.tolist(), scores[top].tolist(), shares.tolist(), strict=True)
+        ]
 
-    def keyword(self, scope: ScopeFilter, terms: list[str], k: int) -> list[tuple[str, float]]:
+    def keyword(self, scope: ScopeFilter, terms: list[str], k: int) -> list[tuple[str, float, float]]:
+        """``[(ref, matched term count, share)]``: ``share`` is the summed idf (from each term's
+        row count) of the terms the row holds over that of every term some row holds, the
+        keyword channel's counterpart of the BM25 share (``bm25``)."""
         n_live = len(self.slot_of)
         if not n_live:
             return []
@@ -312,7 +345,17 @@ class _AgentIndex:
         key[: self.n] |= self.seq[: self.n]
         key *= counts > 0
         top = self._top(key, k)
-        return [(self.refs[i], float(c)) for i, c in zip(top.tolist(), counts[top].tolist(), strict=True)]
+        matched = np.zeros(top.shape[0], dtype=np.float64)
+        total = 0.0
+        for m, df in hits:
+            idf = _idf(n_live, df)
+            total += idf
+            matched += idf * m[top]
+        shares = matched / total
+        return [
+            (self.refs[i], float(c), sh)
+            for i, c, sh in zip(top.tolist(), counts[top].tolist(), shares.tolist(), strict=True)
+        ]
 
 
 class _WordIndex:
@@ -519,6 +562,12 @@ class LexicalProjection:
 
     def search(self, scope: ScopeFilter, query: str, k: int) -> list[tuple[str, float]]:
         """BM25 (k1 1.2, b 0.75, Lucene's idf), best first: ``[(ref, score)]``."""
+        return [(ref, score) for ref, score, _ in self.search_shares(scope, query, k)]
+
+    def search_shares(self, scope: ScopeFilter, query: str, k: int) -> list[tuple[str, float, float]]:
+        """``search`` plus each row's share of the query's IDF mass, in [0, 1]: how much of
+        what the query says (by term rarity) the row holds. Recall fusion weighs the lexical
+        vote by it (``api/recall/fusion.py``)."""
         idx = self.agents.get(scope.agent_id)
         if idx is None or k <= 0:
             return []
@@ -532,6 +581,11 @@ class LexicalProjection:
         non-CJK terms dropped). Ranked by how many terms a row holds, then newest creation
         first; the score is that count. A term that more than half the agent's rows hold does
         not count unless all terms are that common."""
+        return [(ref, score) for ref, score, _ in self.keyword_shares(scope, query, k)]
+
+    def keyword_shares(self, scope: ScopeFilter, query: str, k: int) -> list[tuple[str, float, float]]:
+        """``keyword`` plus each row's share of the terms' IDF mass (idf from how many rows
+        hold each term as a substring), in [0, 1]."""
         idx = self.agents.get(scope.agent_id)
         if idx is None or k <= 0:
             return []

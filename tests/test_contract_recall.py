@@ -187,6 +187,29 @@ async def test_r2_rsf_and_cascade_modes(settings: Settings) -> None:
                         assert any(r is None for r in reasons) or len(scored) == len(reasons)
 
 
+async def test_r2_rrf_evidence_lets_a_quoted_identifier_lead(settings: Settings) -> None:
+    """The default rrf order weighs each vote by its retriever's evidence (docs/eval.md, "Fusion"):
+    a note that alone holds the identifier a question quotes leads, even though the embedding
+    prefers look-alikes sharing the question's other words. The classic order (lexical weight
+    0.5) keeps every dense row above it and the limit cuts it off."""
+    notes = [f"what happened with the checkout service incident number {i} after the deploy" for i in range(119)]
+    notes.append("OPS-4821 closed.")
+    query = {"agent_id": "ev", "query": "what happened with the checkout service incident OPS-4821", "limit": 10}
+    answers = {}
+    for name, extra in {"default": {}, "classic": {"rrf_evidence": False, "rrf_lexical_weight": 0.5}}.items():
+        with server(settings, data_dir=settings.data_dir / name, **extra) as srv:
+            async with faces(srv) as (http, mcp):
+                await fill(http, "ev", notes)
+                answers[name] = [await f.call("recall", query) for f in (http, mcp)]
+    for body in answers["default"]:
+        best = body["messages"][-1]
+        assert best["content"] == "OPS-4821 closed.", body
+        assert best["match_reason"]["signal"] == "rrf" and best["match_reason"]["score"] == pytest.approx(1 / 61)
+    for body in answers["classic"]:
+        assert len(body["messages"]) == 10
+        assert all(m["content"] != "OPS-4821 closed." for m in body["messages"]), body
+
+
 async def test_r5_confidence_beside_rows_and_legacy_ordering(settings: Settings) -> None:
     query = {"agent_id": "c", "query": "backup storage tape object store", "limit": 8}
     results = {}

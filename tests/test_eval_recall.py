@@ -306,3 +306,124 @@ def test_paired_diff_and_report():
     rep = er.paired_report(results, ("cpersona", "rrf"))
     assert rep == {"memstream/rrf": {"s": d}}
     assert er.paired_report(results, ("nobody", "x")) == {}
+
+
+# -- dev / test halves ----------------------------------------------------------------------------
+
+
+def test_split_halves_is_deterministic_disjoint_and_seeded():
+    qids = [f"q{i:03d}" for i in range(101)]
+    dev, test = er.split_halves(qids, seed=1)
+    assert len(dev) == 50 and len(test) == 51 and not set(dev) & set(test) and set(dev) | set(test) == set(qids)
+    assert dev == sorted(dev) and test == sorted(test)  # input order kept
+    assert er.split_halves(list(reversed(qids)), seed=1)[0] == list(reversed(dev))  # membership: ids + seed only
+    assert er.split_halves(qids, seed=2)[0] != dev
+    assert er.split_halves([], seed=1) == ([], [])
+
+
+def test_assign_halves_only_half_and_by_half(tmp_path: Path):
+    _write_dataset(tmp_path / "ds")
+    ds = er.assign_halves(er.load_dataset(tmp_path / "ds"), seed=1)
+    for name, qs in ds.query_sets.items():
+        dev, test = er.split_halves(qs, seed=1)
+        assert {q for q in qs if ds.half_of[q] == "dev"} == set(dev), name
+        assert {q for q in qs if ds.half_of[q] == "test"} == set(test), name
+    dev_only = er.only_half(ds, "dev")
+    assert all(dev_only.half_of[q] == "dev" for qs in dev_only.query_sets.values() for q in qs)
+    assert sum(len(qs) for qs in dev_only.query_sets.values()) == 2 and dev_only.docs == ds.docs
+    # the halves survive subsetting (they were fixed on the full sets)
+    assert er.subset(ds, max_queries=1).half_of == ds.half_of
+    with pytest.raises(ValueError, match="half must be"):
+        er.only_half(ds, "train")
+    with pytest.raises(ValueError, match="no halves"):
+        er.only_half(er.load_dataset(tmp_path / "ds"), "dev")
+
+    runs = {"d1": ["doc9"], "d2": ["doc0"], "e1": ["doc7"]}
+    halves = er.by_half(runs, ds, ["d1", "d2", "e1"])
+    for half, res in halves.items():
+        part = [q for q in ("d1", "d2", "e1") if ds.half_of[q] == half]
+        assert res == er.evaluate(runs, ds.qrels, part)
+
+
+def test_paired_report_per_half_and_baseline_choice():
+    key = "per_query_ndcg@10"
+    a = {"q1": 1.0, "q2": 0.5, "q3": 0.0, "q4": 1.0}
+    b = {"q1": 0.5, "q2": 0.5, "q3": 0.5, "q4": 0.0}
+    results = [
+        {"system": "memstream", "mode": "dense", "query_sets": {"s": {key: b}}},
+        {"system": "memstream", "mode": "rrf", "query_sets": {"s": {key: a}}},
+    ]
+    half_of = {"q1": "dev", "q2": "dev", "q3": "test", "q4": "test"}
+    rep = er.paired_report(results, ("memstream", "dense"), half_of)["memstream/rrf"]["s"]
+    assert rep["mean"] == pytest.approx(0.25) and rep["queries"] == 4
+    assert rep["halves"]["dev"] == er.paired_diff({"q1": 1.0, "q2": 0.5}, b)  # +0.25
+    assert rep["halves"]["test"] == er.paired_diff({"q3": 0.0, "q4": 1.0}, b)  # +0.25
+    assert "halves" not in er.paired_report(results, ("memstream", "dense"))["memstream/rrf"]["s"]
+
+    assert er.pick_baseline(results, None) == ("memstream", "dense")
+    assert er.pick_baseline(results, "memstream/rrf") == ("memstream", "rrf")
+    assert er.pick_baseline(results, "cpersona/rrf") is None
+    with_cp = [{"system": "cpersona", "mode": "rsf", "query_sets": {}}, *results]
+    assert er.pick_baseline(with_cp, None) == ("cpersona", "rsf")
+    assert er.pick_baseline(results[1:], None) is None
+
+
+def test_markdown_table_for_one_half():
+    s = {
+        "ndcg@10": 0.5,
+        "recall@10": 0.75,
+        "mrr@10": 0.4,
+        "halves": {"test": {"ndcg@10": 0.25, "recall@10": 0.5, "mrr@10": 0.2}},
+    }
+    results = [{"system": "memstream", "mode": "rrf", "query_sets": {"s": s}}]
+    assert (
+        er.markdown_table(results, ["s"], "test").splitlines()[2]
+        == "| memstream | rrf | 0.250 | 0.500 | 0.200 | – | – |"
+    )
+    assert er.markdown_table(results, ["s"], "dev").splitlines()[2] == "| memstream | rrf | – | – | – | – | – |"
+
+
+def test_parse_args_split_and_modes():
+    args = er.parse_args(
+        ["--split", "dev", "--memstream-modes", "dense,rrf,rrf-classic", "--baseline", "memstream/dense"]
+    )
+    assert (args.split, args.split_seed, args.baseline) == ("dev", er.SPLIT_SEED, "memstream/dense")
+    assert er.MEMSTREAM_MODES["rrf-classic"]["MEMSTREAM_RRF_EVIDENCE"] == "false"
+    with pytest.raises(SystemExit):
+        er.parse_args(["--split", "train"])
+
+
+# -- the agent-notes collection (lexical-strong check) ---------------------------------------------
+
+
+def test_agent_notes_build_is_deterministic_and_is_the_committed_data(tmp_path: Path):
+    import agent_notes
+
+    notes = agent_notes.build()
+    assert notes == agent_notes.build(agent_notes.DEFAULT_SEED)
+    assert agent_notes.build(agent_notes.DEFAULT_SEED + 1).corpus != notes.corpus
+    agent_notes.write(notes, tmp_path / "an")
+    committed = REPO / "bench" / "eval_data" / "agent-notes"
+    for name in ("corpus.jsonl", "queries.ids.jsonl", "queries.names.jsonl", "qrels.tsv"):
+        assert (tmp_path / "an" / name).read_bytes() == (committed / name).read_bytes(), name
+
+
+def test_agent_notes_queries_name_their_one_note():
+    import re
+
+    import agent_notes
+
+    ds = er.load_dataset(REPO / "bench" / "eval_data" / "agent-notes")
+    assert len(ds.docs) == 1200 and len(set(ds.docs.values())) == 1200
+    assert {n: len(q) for n, q in ds.query_sets.items()} == {"ids": 200, "names": 200}
+    people = [f"{f} {last}" for f in agent_notes.FIRST for last in agent_notes.LAST]
+    for name, qs in ds.query_sets.items():
+        for qid, text in qs.items():
+            [doc] = ds.relevant(qid)
+            if name == "ids":
+                [ident] = re.findall(r"[A-Z]+-\d+", text)
+                assert [d for d, t in ds.docs.items() if ident in t] == [doc], qid  # the target's alone
+            else:
+                [person] = [p for p in people if p in text]
+                holders = [d for d, t in ds.docs.items() if t.startswith(person + " ")]
+                assert doc in holders and len(holders) >= 2, qid  # the name alone does not decide

@@ -481,6 +481,53 @@ def test_compaction_keeps_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [(p.search(A, f"topic{j}", 20), p.keyword(A, f"0xab0{j}", 20)) for j in range(3)] == before
 
 
+# -- the share of the query's IDF mass a row holds (recall fusion's lexical evidence) -----------------
+
+
+def test_token_share_is_the_matched_idf_mass_and_ignores_length_and_unknown_terms() -> None:
+    filler = " ".join(f"word{i}" for i in range(200))
+    p = fold(
+        stored(1, "ticket OPS-4821 is closed"),
+        stored(2, f"ticket OPS-7777 notes {filler} OPS-4821 mentioned once"),  # long row, same rare id
+        stored(3, "ticket OPS-1000 is open"),
+        stored(4, "an unrelated note"),
+    )
+    hits = {r: (s, sh) for r, s, sh in p.search_shares(A, "status of ticket ops-4821 zzzunknown", 10)}
+    # "4821" is rare (2 rows), "ticket" and "ops" common (3 rows); "status", "of", "zzzunknown" no
+    # row holds, so they are evidence for nothing and do not count.
+    assert hits["mem:1"][1] == pytest.approx(1.0) and hits["mem:2"][1] == pytest.approx(1.0)
+    assert hits["mem:1"][0] > hits["mem:2"][0]  # BM25 normalises length; the share does not
+    idf = {df: math.log(1 + (4 - df + 0.5) / (df + 0.5)) for df in (2, 3)}
+    assert hits["mem:3"][1] == pytest.approx(2 * idf[3] / (2 * idf[3] + idf[2]))
+    assert "mem:4" not in hits
+    assert p.search_shares(A, "zzzunknown", 10) == [] and p.search_shares(A, "ticket", 0) == []
+
+
+def test_token_share_survives_update_delete_and_compaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lexmod, "COMPACT_MIN_DEAD", 2)
+    p = fold(*(stored(i, f"row{i} shared text") for i in range(1, 7)))
+    fold(updated(2, "row2 shared text plus rare"), deleted(1), deleted(3), deleted(4), proj=p)
+    assert p.agents["a"].n < 8  # compacted: slots renumbered
+    got = {r: sh for r, _, sh in p.search_shares(A, "rare row5 shared", 10)}
+    n = 3  # rows 2, 5, 6 live
+    idf = {df: math.log(1 + (n - df + 0.5) / (df + 0.5)) for df in (1, 3)}
+    total = 2 * idf[1] + idf[3]
+    assert got == pytest.approx(
+        {"mem:2": (idf[1] + idf[3]) / total, "mem:5": (idf[1] + idf[3]) / total, "mem:6": idf[3] / total}
+    )
+
+
+def test_keyword_share_covers_substring_identifiers() -> None:
+    p = fold(stored(1, "deploy key 0xef0101 rotated"), stored(2, "deploy notes"), stored(3, "other"), stored(4, "more"))
+    # "ef0101" is inside the token "0xef0101": BM25 cannot see it, the keyword channel can.
+    assert p.search_shares(A, "ef0101", 5) == []
+    [(ref, count, share)] = p.keyword_shares(A, "ef0101", 5)
+    assert (ref, count, share) == ("mem:1", 1.0, pytest.approx(1.0))
+    shares = {r: sh for r, _, sh in p.keyword_shares(A, "deploy ef0101", 5)}
+    idf = {df: math.log(1 + (4 - df + 0.5) / (df + 0.5)) for df in (1, 2)}
+    assert shares == pytest.approx({"mem:1": 1.0, "mem:2": idf[2] / (idf[1] + idf[2])})
+
+
 # -- property: any history replays to the same state and the same answers ---------------------------
 
 WORDS = ["alpha", "beta", "gamma", "delta", "0xef01", "sha256:ab12", "東京", "会議", "서울", "the", "Kafka"]
@@ -562,6 +609,34 @@ def reference_rows(events: list[dict]) -> dict[str, dict[str, tuple[str, str, in
             for i in p["episode_ids"]:
                 del mine[f"ep:{i}"]
     return rows
+
+
+def token_share_reference(docs: dict[str, tuple[str, str, int, str]], query: str, ref: str) -> float:
+    """The row's share of the query's IDF mass, by hand: idf over the agent's live rows, query
+    tokens no live row holds left out."""
+    toks = {r: set(tokens(text)) for r, (_, _, _, text) in docs.items()}
+    n = len(docs)
+    total = matched = 0.0
+    for q in query_tokens(query):
+        df = sum(1 for t in toks.values() if q in t)
+        if not df:
+            continue
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        total += idf
+        matched += idf if q in toks[ref] else 0.0
+    return matched / total if total else 0.0
+
+
+def keyword_share_reference(docs: dict[str, tuple[str, str, int, str]], query: str, ref: str) -> float:
+    n = len(docs)
+    total = matched = 0.0
+    for term in keyword_terms(query):
+        holders = {r for r, (_, _, _, text) in docs.items() if term in normalize(text)}
+        if holders:
+            idf = math.log(1 + (n - len(holders) + 0.5) / (len(holders) + 0.5))
+            total += idf
+            matched += idf if ref in holders else 0.0
+    return matched / total if total else 0.0
 
 
 def keyword_reference(docs: dict[str, tuple[str, str, int, str]], scope: ScopeFilter, query: str) -> list:
@@ -650,6 +725,15 @@ def check_history(events: list[dict], read_every: int) -> None:
             assert hits == sorted(hits, key=lambda h: (-h[1], -seqs[h[0]]))
             assert live.keyword(scope, q, 100) == keyword_reference(docs, scope, q)
             assert live.keyword(scope, q, 2) == keyword_reference(docs, scope, q)[:2]
+            # Each row's share of the query's IDF mass, through updates, deletes and compactions.
+            with_shares = live.search_shares(scope, q, 100)
+            assert [(r, s) for r, s, _ in with_shares] == hits
+            for r, _, share in with_shares:
+                assert share == pytest.approx(token_share_reference(docs, q, r), rel=1e-9, abs=1e-12)
+            kw_shares = live.keyword_shares(scope, q, 100)
+            assert [(r, c) for r, c, _ in kw_shares] == live.keyword(scope, q, 100)
+            for r, _, share in kw_shares:
+                assert share == pytest.approx(keyword_share_reference(docs, q, r), rel=1e-9, abs=1e-12)
 
 
 # -- the events the real deciders write -------------------------------------------------------------

@@ -124,3 +124,70 @@ def test_rrf_weights_move_the_order_not_the_gated_score() -> None:
     # A lexical-only first-ranked row still clears the single-arm gate cap.
     [only] = fusion.rrf({"lexical": [("mem:9", 1.0)]}, weights={"lexical": 0.5})
     assert apply_gate([only], pool=5000, cfg=GateConfig())[0] == [only]
+
+
+# -- evidence-weighted rrf (the default order) ------------------------------------------------------
+
+
+def _evidence(lists: dict[str, list[tuple[str, float]]], shares: dict[str, float]) -> dict[str, dict[str, float]]:
+    return {"vector": fusion.vector_evidence(lists.get("vector", [])), "lexical": fusion.lexical_evidence(shares)}
+
+
+def test_evidence_votes_are_evidence_over_rank() -> None:
+    lists = {"vector": [("mem:1", 0.6), ("mem:2", 0.5)], "lexical": [("mem:3", 7.0), ("mem:2", 3.0)]}
+    out = fusion.rrf(lists, evidence=_evidence(lists, {"mem:3": 0.5, "mem:2": 0.9}))
+    fused = {c.ref: c.fused for c in out}
+    assert fused == pytest.approx({"mem:1": 0.6 / 1, "mem:2": 0.5 / 2 + 0.81 / 2, "mem:3": 0.25 / 1})
+    # mem:2 is ranked by both retrievers and nearly all of the query's terms are in it
+    assert [c.ref for c in out] == ["mem:2", "mem:1", "mem:3"]
+
+
+def test_a_lexical_hit_holding_the_whole_query_outranks_a_weak_dense_top() -> None:
+    # The identifier case: BM25's first row holds every rare query term; dense ranks look-alikes.
+    lists = {"vector": [("mem:1", 0.45), ("mem:2", 0.44)], "lexical": [("mem:9", 12.0), ("mem:1", 1.0)]}
+    strong = fusion.rrf(lists, evidence=_evidence(lists, {"mem:9": 1.0, "mem:1": 0.2}))
+    assert strong[0].ref == "mem:9"
+    # The same ranks with a row that holds a third of what the query says: the dense rows lead.
+    weak = fusion.rrf(lists, evidence=_evidence(lists, {"mem:9": 0.33, "mem:1": 0.2}))
+    assert [c.ref for c in weak] == ["mem:1", "mem:2", "mem:9"]
+    # Classic RRF (k = 60, lexical weight 0.5) keeps the dense row first whatever the evidence.
+    assert fusion.rrf(lists, weights={"lexical": 0.5})[0].ref == "mem:1"
+
+
+def test_evidence_moves_the_order_never_the_gated_score() -> None:
+    lists = {"vector": [("mem:1", 0.45)], "lexical": [("mem:9", 12.0), ("mem:1", 1.0)]}
+    plain = fusion.rrf(lists)
+    weighted = fusion.rrf(lists, evidence=_evidence(lists, {"mem:9": 1.0, "mem:1": 0.1}))
+    assert {c.ref: c.rrf for c in plain} == {c.ref: c.rrf for c in weighted}
+    assert {c.ref: c.cosine for c in plain} == {c.ref: c.cosine for c in weighted} == {"mem:1": 0.45, "mem:9": None}
+    # the gate still keys a row with a cosine on it, and a lexical-only row on its plain rrf
+    cfg = GateConfig()
+    assert {c.ref: keyed_signal(c, cfg) for c in weighted} == {
+        "mem:1": (0.45, "cosine"),
+        "mem:9": (pytest.approx(1 / 61), "rrf"),
+    }
+
+
+def test_a_single_list_keeps_its_own_order_under_evidence() -> None:
+    lexical = [("mem:1", 9.0), ("mem:2", 8.0), ("mem:3", 7.0)]
+    shares = {"mem:1": 0.1, "mem:2": 1.0, "mem:3": 0.5}  # not monotone in rank
+    out = fusion.rrf({"lexical": lexical}, evidence={"lexical": fusion.lexical_evidence(shares)})
+    assert [c.ref for c in out] == ["mem:1", "mem:2", "mem:3"]
+
+
+def test_evidence_defaults_weights_and_clamps() -> None:
+    assert fusion.vector_evidence([("mem:1", 1.2), ("mem:2", -0.3), ("mem:3", 0.4)]) == {
+        "mem:1": 1.0,
+        "mem:2": 0.0,
+        "mem:3": 0.4,
+    }
+    assert fusion.lexical_evidence({"mem:1": 0.5, "mem:2": 1.5, "mem:3": -1.0}) == {
+        "mem:1": 0.25,
+        "mem:2": 1.0,
+        "mem:3": 0.0,
+    }
+    lists = {"vector": [("mem:1", 0.8)], "far": [("mem:2", 0.7)], "lexical": [("mem:3", 5.0), ("mem:4", 4.0)]}
+    # a list the evidence does not name votes with evidence 1; a row it does not cover, with 0
+    out = fusion.rrf(lists, weights={"lexical": 2.0}, evidence={"lexical": {"mem:3": 0.25}})
+    assert {c.ref: c.fused for c in out} == pytest.approx({"mem:1": 1.0, "mem:2": 1.0, "mem:3": 0.5, "mem:4": 0.0})
+    assert [c.ref for c in out][:2] == ["mem:2", "mem:1"]  # a tie: the newer ref first

@@ -7,8 +7,9 @@ scores), because the quality gate and ``match_reason`` need to know which signal
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 Ranked = Sequence[tuple[str, float]]
 
@@ -29,25 +30,61 @@ class Candidate:
         return len(self.lists) == 1
 
 
-def rrf(lists: dict[str, Ranked], k: int = 60, weights: dict[str, float] | None = None) -> list[Candidate]:
+def rrf(
+    lists: dict[str, Ranked],
+    k: int = 60,
+    weights: dict[str, float] | None = None,
+    evidence: Mapping[str, Mapping[str, float]] | None = None,
+) -> list[Candidate]:
     """Reciprocal-rank fusion. ``rrf`` is the plain sum of ``1 / (k + rank)`` (rank from 1): the
     value the gate compares and ``match_reason`` reports, on the scale the gate's thresholds
-    are built for. The order uses the weighted sum (``weight / (k + rank)``, weight 1 unless
-    given), so a weight moves rows without moving the gate. The vector list's cosine rides
-    along so the gate can key on it."""
+    are built for. The order is a separate sum, so it can move rows without moving the gate:
+
+    - without ``evidence``, classic weighted RRF: ``weight / (k + rank)`` (weight 1 unless given);
+    - with ``evidence`` (list name -> ref -> evidence in [0, 1]; a list it does not name votes
+      with evidence 1), evidence-weighted votes ``weight * evidence / rank``: each retriever
+      votes for a row as strongly as its own absolute measure of the match says, discounted by
+      the rank it gave the row (see ``vector_evidence``, ``lexical_evidence``, docs/eval.md).
+      A single list keeps its own order: there is nothing to weigh it against.
+
+    The vector list's cosine rides along so the gate can key on it."""
+    active = [name for name, ranked in lists.items() if ranked]
+    weigh = evidence is not None and len(active) > 1
     by_ref: dict[str, Candidate] = {}
     for name, ranked in lists.items():
         w = 1.0 if weights is None else weights.get(name, 1.0)
+        ev = evidence.get(name) if weigh and evidence is not None else None
         for rank, (ref, score) in enumerate(ranked, start=1):
             c = by_ref.get(ref)
             if c is None:
                 c = by_ref[ref] = Candidate(ref, rrf=0.0)
             c.rrf = (c.rrf or 0.0) + 1.0 / (k + rank)
-            c.fused += w / (k + rank)
+            if weigh:
+                c.fused += w * (1.0 if ev is None else ev.get(ref, 0.0)) / rank
+            else:
+                c.fused += w / (k + rank)
             c.lists.add(name)
             if name == "vector":
                 c.cosine = score
     return ordered(list(by_ref.values()))
+
+
+# The lexical share is squared: a row holding half of what the query says (by IDF mass) gets a
+# quarter of a full vote, since partial word overlap between unrelated texts is common, while a
+# row holding nearly all of it (a quoted name or identifier) keeps nearly all of its vote.
+# Chosen with the reciprocal-rank form above on the dev halves only (docs/eval.md, "Fusion").
+LEXICAL_EVIDENCE_POWER: Final = 2
+
+
+def vector_evidence(ranked: Ranked) -> dict[str, float]:
+    """A vector list's evidence per row: its cosine, clamped to [0, 1]."""
+    return {ref: min(1.0, max(0.0, score)) for ref, score in ranked}
+
+
+def lexical_evidence(shares: Mapping[str, float]) -> dict[str, float]:
+    """The lexical list's evidence per row, from its share of the query's IDF mass (the part of
+    what the query says, weighted by term rarity, that the row holds; ``LexicalProjection``)."""
+    return {ref: min(1.0, max(0.0, share)) ** LEXICAL_EVIDENCE_POWER for ref, share in shares.items()}
 
 
 def rsf(lists: dict[str, Ranked]) -> list[Candidate]:

@@ -130,8 +130,15 @@ def run_recall(
         far_limit = req.limit if settings.vector_far_limit == 0 else min(req.limit, settings.vector_far_limit)
         far = far[:far_limit]
     lex_query = " ".join((req.query, *req.lexical_terms)) if req.lexical_terms else req.query
-    lexical = admitted(engine.lexical.search(req.scope, lex_query, fetch)) if use_lexical else []
-    keyword = admitted(engine.lexical.keyword(req.scope, lex_query, fetch)) if use_lexical else []
+    shares: dict[str, float] = {}  # each lexical row's share of the query's IDF mass
+    lexical: list[tuple[str, float]] = []
+    keyword: list[tuple[str, float]] = []
+    if use_lexical:
+        bm25_hits = engine.lexical.search_shares(req.scope, lex_query, fetch)
+        keyword_hits = engine.lexical.keyword_shares(req.scope, lex_query, fetch)
+        lexical = admitted([(r, s) for r, s, _ in bm25_hits])
+        keyword = admitted([(r, s) for r, s, _ in keyword_hits])
+        shares = {r: sh for r, _, sh in keyword_hits} | {r: sh for r, _, sh in bm25_hits}
 
     # The keyword channel is a fallback inside the lexical vote, not a vote of its own: it adds
     # rows BM25 did not rank (identifiers, hashes, terms its tokenizer splits) after BM25's
@@ -147,7 +154,14 @@ def run_recall(
         cands = fusion.rsf({k: v for k, v in lists.items() if v})
     else:
         weights = {"lexical": settings.rrf_lexical_weight}
-        cands = fusion.rrf({k: v for k, v in lists.items() if v}, k=settings.rrf_k, weights=weights)
+        evidence = None
+        if settings.rrf_evidence:
+            evidence = {
+                "vector": fusion.vector_evidence(window),
+                "far": fusion.vector_evidence(far),
+                "lexical": fusion.lexical_evidence({r: shares.get(r, 0.0) for r, _ in lexical_vote}),
+            }
+        cands = fusion.rrf({k: v for k, v in lists.items() if v}, k=settings.rrf_k, weights=weights, evidence=evidence)
 
     cfg = GateConfig(
         rrf_k=settings.rrf_k,
