@@ -74,8 +74,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Tools a worker does not answer: the deployment's health is the router's (it never forwards
-# check_health), and re-embedding (a job over the embedded log) is not built for Kafka mode yet.
-NOT_IN_KAFKA_MODE = frozenset({"check_health", "reembed", "reembed_status"})
+# check_health); re-embedding (a job over the embedded log) and the file transfers (export,
+# import and merge read and write files of one process and span agents of several partitions)
+# are not built for Kafka mode yet: refused clearly rather than answered for one partition.
+NOT_IN_KAFKA_MODE = frozenset(
+    {"check_health", "reembed", "reembed_status", "export_memories", "import_memories", "merge_memories"}
+)
 CATCH_UP_DEADLINE_S = 30.0
 
 
