@@ -443,6 +443,7 @@ def run_node(
 
     import faust
     import uvicorn
+    import uvloop
 
     from memstream.streams.kafka_log import ensure_topics
     from memstream.streams.kafka_worker import create_app
@@ -475,6 +476,9 @@ def run_node(
         tasks=[serve],
     )
     log.warning("memstream worker %s answering at %s", node.node_id, node.url)
+    # uvloop, as uvicorn uses for `memstream serve`: a worker's time is mostly event-loop and
+    # socket work (HTTP calls in, Kafka fetches and produces out), which uvloop does in C.
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     # faust's terminal spinner sets the root logger to DEBUG (to spin on every record), so every
     # debug line of aiokafka would be formatted: about a tenth of a busy worker's CPU.
