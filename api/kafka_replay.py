@@ -24,7 +24,7 @@ from aiokafka import TopicPartition
 
 from memstream.api.kafka_node import PartitionModels
 from memstream.api.kafka_partition_log import Progress, fold_consumer, fold_partitions
-from memstream.streams.kafka_log import KafkaConfig, KafkaLog
+from memstream.streams.kafka_log import KafkaConfig, events_end_offsets
 from memstream.streams.runner import digest_of
 
 
@@ -104,12 +104,7 @@ def _child(
 async def _rebuild_in_processes(
     cfg: KafkaConfig, parts: list[int], stop: int | None, progress: Progress | None, jobs: int
 ) -> dict[str, Any]:
-    kafka = KafkaLog(cfg)
-    await kafka.start()
-    try:
-        ends = await kafka.end_offsets()
-    finally:
-        await kafka.close()
+    ends = await events_end_offsets(cfg)
     total = sum(ends[p] if stop is None else min(stop, ends[p]) for p in parts)
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with a running event loop
     groups = [parts[i::jobs] for i in range(jobs)]

@@ -406,3 +406,14 @@ def log_record(rec: ConsumerRecord[bytes, bytes], *, vectors: bool = True) -> Lo
         rec.value or b"",
         headers.get("vector") if vectors else None,
     )
+
+
+async def events_end_offsets(cfg: KafkaConfig) -> dict[int, int]:
+    """Per partition of the events topic, the offset the next event will get, read with a
+    short-lived client (for tools and tests that hold no ``KafkaLog`` of their own)."""
+    kafka = KafkaLog(cfg)
+    await kafka.start()
+    try:
+        return await kafka.end_offsets()
+    finally:
+        await kafka.close()

@@ -21,7 +21,7 @@ from integration.test_kafka_mode import AGENTS, PROCS, TOPICS, Deployment, reads
 from memstream.api import kafka_checkpoints as checkpoints
 from memstream.api.kafka_replay import rebuild_partitions
 from memstream.api.kafka_router import Owners
-from memstream.streams.kafka_log import KafkaConfig, KafkaLog
+from memstream.streams.kafka_log import KafkaConfig, events_end_offsets
 from memstream.streams.log import partition_for
 from memstream.streams.snapshots import SnapshotStore
 
@@ -61,12 +61,7 @@ async def owner_health(cfg: KafkaConfig, not_url: str | None = None) -> tuple[st
 
 
 async def caught_up_digests(url: str, cfg: KafkaConfig) -> dict[int, Any]:
-    kafka = KafkaLog(cfg)
-    await kafka.start()
-    try:
-        ends = await kafka.end_offsets()
-    finally:
-        await kafka.close()
+    ends = await events_end_offsets(cfg)
     async with asyncio.timeout(60), httpx.AsyncClient() as client:
         while True:
             body = (await client.get(f"{url}/digests")).json()
