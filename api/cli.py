@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
-import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
-import click
-import orjson
+# One BLAS thread per process, before numpy is first imported (it reads these once). Our matrix
+# work is small (at most a window of 10k rows per query), and OpenBLAS's idle threads spin: on
+# a small machine every memstream process (workers, router, rebuild jobs, the broker beside
+# them) ran at about half speed while another one used numpy. Set the variable to override.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from memstream.api.settings import Settings, SettingsError, load_settings
+import asyncio  # noqa: E402
+import logging  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import click  # noqa: E402
+import orjson  # noqa: E402
+
+from memstream.api.settings import Settings, SettingsError, load_settings  # noqa: E402
 
 
 def _stderr_console() -> Any:

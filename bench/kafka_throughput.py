@@ -14,10 +14,13 @@ in bench/results/kafka.json.
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads (as `memstream` does: api/cli.py)
+
 import argparse
 import asyncio
 import json
-import os
 import signal
 import statistics
 import subprocess
