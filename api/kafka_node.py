@@ -54,7 +54,7 @@ from memstream.api.kafka_acl import guard_worker, owner_route
 from memstream.api.kafka_checkpoints import checkpoint_dir
 from memstream.api.kafka_partition_log import KafkaPartitionLog
 from memstream.api.kafka_point_in_time import KafkaPointInTime
-from memstream.api.kafka_routing import route_partition
+from memstream.api.kafka_routing import PARTITION_HEADER, route_partition
 from memstream.api.point_in_time import View
 from memstream.api.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
@@ -365,9 +365,12 @@ class Node:
 
     # -- answering calls --------------------------------------------------------------------
 
-    def engine_for_call(self, args: Any) -> NodeEngine | None:
-        """The engine of the partition a call belongs to (see ``route_partition``), if owned."""
-        models = self.models.get(route_partition(args, self.cfg.partitions))
+    def engine_for_call(self, args: Any, partition: int | None = None) -> NodeEngine | None:
+        """The engine of the partition a call belongs to (see ``route_partition``; a call that
+        names no agent may name its partition instead: ``PARTITION_HEADER``), if owned."""
+        named_agent = isinstance(args, dict) and bool(args.get("agent_id"))
+        p = partition if partition is not None and not named_agent else route_partition(args, self.cfg.partitions)
+        models = self.models.get(p)
         return NodeEngine(self, models) if models is not None else None
 
 
@@ -384,7 +387,8 @@ def node_app(node: Node) -> Starlette:
         if name in NOT_IN_KAFKA_MODE:
             why = "is the router's to answer" if name == "check_health" else "is not available in Kafka mode yet"
             return json_response(failure(f"{name} {why}"), 501)
-        engine = node.engine_for_call(args)
+        hint = request.headers.get(PARTITION_HEADER, "")
+        engine = node.engine_for_call(args, int(hint) if hint.isdigit() else None)
         if engine is None:
             return json_response(failure("not_owner", node=node.node_id), 421)
         caller: Caller = caller_of(request)

@@ -35,9 +35,10 @@ from memstream.api.acl import AclConfig
 from memstream.api.auth import BearerAuth
 from memstream.api.http_app import TOOL_ROUTES, caller_of, json_response
 from memstream.api.kafka_acl import OWNER_PATH, RouterGate, worker_headers
-from memstream.api.kafka_routing import route_partition
+from memstream.api.kafka_routing import PARTITION_HEADER, route_partition
 from memstream.api.settings import Settings
 from memstream.api.tools.dispatch import failure, validated
+from memstream.api.tools.reads import LIST_CAP
 from memstream.api.tools.registry import Caller
 from memstream.streams.kafka_log import KafkaConfig, ensure_topics
 from memstream.streams.log import LogUnavailable
@@ -45,6 +46,8 @@ from memstream.streams.log import LogUnavailable
 log = logging.getLogger(__name__)
 
 FORWARD_DEADLINE_S = 45.0
+# Listings that name no agent list every agent: answered by every partition's worker, merged.
+EVERY_AGENT_LISTINGS = {"list_memories": "memories", "list_episodes": "episodes"}
 FORWARDED_HEADERS = ("x-client-id", "x-session-id", "idempotency-key", "authorization")
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -217,7 +220,40 @@ class Router:
             return (503 if verdict["status"] == "unhealthy" else 200), orjson.dumps(verdict)
         if name == "recall_fleet" and validated(name, args) is not None:
             return await self.fleet(args, headers)
+        if name in EVERY_AGENT_LISTINGS and isinstance(args, dict) and not args.get("agent_id"):
+            checked = validated(name, args)
+            if checked is not None:
+                return await self.every_partition(name, checked[1], body, headers)
         return await self._post(route_partition(args, self.cfg.partitions), f"/v1/tools/{name}", body, headers)
+
+    async def every_partition(self, name: str, args: Any, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """A listing of every agent (``list_memories`` / ``list_episodes`` without an agent).
+        Embedded mode lists them from one engine; here each partition's worker lists its own
+        agents (the partition named in a header) and the router merges the lists as embedded
+        mode orders them: newest id first (ids are allocated per partition by the same rule in
+        both modes), cut at the limit."""
+        if isinstance(args.as_of, int):
+            why = "as_of as an offset names one partition's offset in Kafka mode: name agent_id, or give an instant"
+            return 400, orjson.dumps(failure(why))
+        key = EVERY_AGENT_LISTINGS[name]
+        answers = await asyncio.gather(
+            *(
+                self._post(p, f"/v1/tools/{name}", body, {**headers, PARTITION_HEADER: str(p)})
+                for p in range(self.cfg.partitions)
+            )
+        )
+        rows: list[dict[str, Any]] = []
+        for status, content in answers:
+            answer = orjson.loads(content)
+            if status != 200 or not isinstance(answer, dict) or not isinstance(answer.get(key), list):
+                return status, content  # the first failure stands for the whole call
+            rows.extend(answer[key])
+        rows.sort(key=lambda r: -int(r["id"]))
+        limit = min(args.limit, LIST_CAP)
+        merged: dict[str, Any] = {key: rows[:limit], "count": min(len(rows), limit)}
+        if key == "memories" and len(rows) > limit and args.limit > LIST_CAP:
+            merged["budget_rows"] = LIST_CAP
+        return 200, orjson.dumps(merged)
 
     async def fleet(self, args: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
         """``recall_fleet`` across partitions. Embedded mode answers it from one engine holding

@@ -7,6 +7,10 @@ from typing import Any
 
 from memstream.streams.log import partition_for
 
+# The partition a router names on a call that belongs to every partition (a listing of every
+# agent, see ``Router.every_partition``): the worker answers it from that partition.
+PARTITION_HEADER = "x-memstream-partition"
+
 
 def route_partition(args: Any, partitions: int) -> int:
     """The partition a call belongs to: its ``agent_id``'s, else its first ``agent_ids``' (a

@@ -116,6 +116,9 @@ async def reads(face: HttpFace | McpFace) -> list[Any]:
             out.append(await face.call("recall", {"agent_id": agent, "query": q, "limit": 5}))
         out.append(await face.call("list_memories", {"agent_id": agent, "limit": 20}))
     out.append(await face.call("list_episodes", {"agent_id": "dee"}))
+    # every agent: one partition's worker each in Kafka mode, merged by the router
+    out.append(await face.call("list_memories", {"limit": 25}))
+    out.append(await face.call("list_episodes", {}))
     return out
 
 
