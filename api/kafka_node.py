@@ -23,7 +23,8 @@ partition log (``api/kafka_partition_log.py``: one more consumer, one read at a 
 deadlines), which ``NodeEngine.log`` exposes for the call's partition under the names the
 tools use, and ``as_of`` reads through views folded from the events topic up to the point
 (``api/kafka_point_in_time.py``). Offsets in those answers are the partition's own.
-``check_health`` is the router's to answer; re-embedding is not available in Kafka mode yet.
+``check_health`` is the router's to answer. A re-embed runs on the worker of each partition it
+covers, over that partition's agents (the router starts and reports it per partition).
 
 Each node announces which partitions it owns, and at which URL, on the compacted owners topic;
 API processes (``api/kafka_router.py``) route each call by its agent to the owner.
@@ -74,12 +75,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Tools a worker does not answer: the deployment's health is the router's (it never forwards
-# check_health); re-embedding (a job over the embedded log) and the file transfers (export,
-# import and merge read and write files of one process and span agents of several partitions)
-# are not built for Kafka mode yet: refused clearly rather than answered for one partition.
-NOT_IN_KAFKA_MODE = frozenset(
-    {"check_health", "reembed", "reembed_status", "export_memories", "import_memories", "merge_memories"}
-)
+# check_health); the file transfers (export, import and merge read and write files of one
+# process and span agents of several partitions) are not built for Kafka mode yet: refused
+# clearly rather than answered for one partition.
+NOT_IN_KAFKA_MODE = frozenset({"check_health", "export_memories", "import_memories", "merge_memories"})
 CATCH_UP_DEADLINE_S = 30.0
 
 
@@ -98,6 +97,7 @@ class PartitionModels:
         self.checkpoint_offset: int | None = None  # the last checkpoint written or restored
         self.since_checkpoint = 0
         self.checkpointing = False
+        self.jobs: dict[str, Any] = {}  # admin jobs over this partition's agents (re-embedding)
 
     def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
         ev = decode(value)
@@ -128,7 +128,8 @@ class NodeEngine:
         self.models = models
         self.settings = node.settings
         self.embedders = node.embedders
-        self.jobs: dict[str, Any] = {}
+        self.jobs = models.jobs  # the partition's (a re-embed), seen by the next call's engine
+        self.bus = self  # what the re-embedder submits through (``submit`` below)
         for p in models.projections:
             setattr(self, p.name, p)
         self.log = node.partition_log.view(models)

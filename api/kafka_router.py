@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 FORWARD_DEADLINE_S = 45.0
 # Listings that name no agent list every agent: answered by every partition's worker, merged.
 EVERY_AGENT_LISTINGS = {"list_memories": "memories", "list_episodes": "episodes"}
+# A re-embed of every agent runs on every partition's worker; its status is summed over them.
+REEMBED_TOOLS = frozenset({"reembed", "reembed_status"})
 FORWARDED_HEADERS = ("x-client-id", "x-session-id", "idempotency-key", "authorization")
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -224,6 +226,9 @@ class Router:
             checked = validated(name, args)
             if checked is not None:
                 return await self.every_partition(name, checked[1], body, headers)
+        every_agent = isinstance(args, dict) and not args.get("agent_id")
+        if name in REEMBED_TOOLS and every_agent and validated(name, args) is not None:
+            return await self.reembed_everywhere(name, body, headers)
         return await self._post(route_partition(args, self.cfg.partitions), f"/v1/tools/{name}", body, headers)
 
     async def every_partition(self, name: str, args: Any, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
@@ -236,12 +241,7 @@ class Router:
             why = "as_of as an offset names one partition's offset in Kafka mode: name agent_id, or give an instant"
             return 400, orjson.dumps(failure(why))
         key = EVERY_AGENT_LISTINGS[name]
-        answers = await asyncio.gather(
-            *(
-                self._post(p, f"/v1/tools/{name}", body, {**headers, PARTITION_HEADER: str(p)})
-                for p in range(self.cfg.partitions)
-            )
-        )
+        answers = await self._each_partition(name, body, headers)
         rows: list[dict[str, Any]] = []
         for status, content in answers:
             answer = orjson.loads(content)
@@ -254,6 +254,30 @@ class Router:
         if key == "memories" and len(rows) > limit and args.limit > LIST_CAP:
             merged["budget_rows"] = LIST_CAP
         return 200, orjson.dumps(merged)
+
+    async def _each_partition(self, name: str, body: bytes, headers: dict[str, str]) -> list[tuple[int, bytes]]:
+        return list(
+            await asyncio.gather(
+                *(
+                    self._post(p, f"/v1/tools/{name}", body, {**headers, PARTITION_HEADER: str(p)})
+                    for p in range(self.cfg.partitions)
+                )
+            )
+        )
+
+    async def reembed_everywhere(self, name: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """``reembed`` of every agent, or ``reembed_status``: each partition's worker runs (or
+        reports) the job over its own agents; the answer is one job as embedded mode gives it,
+        summed over the partitions, with each partition's own status under ``partitions``."""
+        jobs: list[tuple[int, dict[str, Any]]] = []
+        for p, (status, content) in enumerate(await self._each_partition(name, body, headers)):
+            answer = orjson.loads(content)
+            if status != 200 or not isinstance(answer, dict) or answer.get("ok") is False:
+                return status, content  # a refusal (a job already running, an unknown model) stands
+            if isinstance(answer.get("job"), dict):
+                jobs.append((p, answer["job"]))
+        merged = merge_jobs(jobs)
+        return 200, orjson.dumps({"ok": True, "job": merged} if name == "reembed" else {"job": merged})
 
     async def fleet(self, args: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
         """``recall_fleet`` across partitions. Embedded mode answers it from one engine holding
@@ -364,3 +388,35 @@ def router_app(
         app.add_middleware(BearerAuth, acl=acl)  # outermost: nothing is served before the token is checked
     app.state.router = router
     return app
+
+
+def merge_jobs(jobs: list[tuple[int, dict[str, Any]]]) -> dict[str, Any] | None:
+    """One re-embed status from the partitions' (see ``Router.reembed_everywhere``): running
+    while any partition runs, failed if any failed; counts summed; per-agent results joined."""
+    if not jobs:
+        return None
+    states = {job["state"] for _, job in jobs}
+    state = "running" if "running" in states else "failed" if "failed" in states else "finished"
+    models = sorted({str(job["model"]) for _, job in jobs})
+    merged: dict[str, Any] = {
+        "state": state,
+        "model": models[0] if len(models) == 1 else models,
+        "agents": None,
+        "done": sum(int(job["done"]) for _, job in jobs),
+        "total": sum(int(job["total"]) for _, job in jobs),
+        "elapsed_s": max(float(job["elapsed_s"]) for _, job in jobs),
+    }
+    results = [job["result"] for _, job in jobs if isinstance(job.get("result"), dict)]
+    if state != "running" and results:
+        agents = sorted((a for r in results for a in r.get("agents", [])), key=lambda a: str(a.get("agent_id")))
+        merged["result"] = {
+            **results[0],
+            "agents": agents,
+            "complete": all(r.get("complete") for r in results),
+            "reembedded": sum(int(r.get("reembedded", 0)) for r in results),
+        }
+    errors = [job["error"] for _, job in jobs if job.get("error")]
+    if errors:
+        merged["error"] = errors[0]
+    merged["partitions"] = {str(p): job for p, job in jobs}
+    return merged

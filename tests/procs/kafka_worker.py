@@ -11,12 +11,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conftest import HashEmbedder
+from conftest import HashEmbedder, SecondHashEmbedder
 
 from memstream.api.cli import main
 from memstream.streams.embedding import register_embedder
 
 if __name__ == "__main__":
     register_embedder(HashEmbedder.model_id, HashEmbedder)
+    register_embedder(SecondHashEmbedder.model_id, SecondHashEmbedder)  # a model to re-embed to
     os.environ["MEMSTREAM_EMBEDDER"] = HashEmbedder.model_id
     main(["--log-level", "WARNING", "worker", *sys.argv[1:]])
