@@ -235,7 +235,7 @@ async def rebuild_run(events: int, partitions: int) -> dict[str, Any]:
         for jobs in sorted({1, os.cpu_count() or 1}):
             rebuilt = await rebuild_partitions(cfg, jobs=jobs)
             digests.append(rebuilt["partitions"])
-            keys = ("events", "seconds", "events_per_second", "setup_seconds")
+            keys = ("events", "seconds", "events_per_second", "setup_seconds", "wall_seconds")
             out[f"jobs_{jobs}"] = {k: rebuilt.get(k) for k in keys}
         out["digests_equal_across_jobs"] = all(d == digests[0] for d in digests)
         return out
