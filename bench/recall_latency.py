@@ -34,6 +34,13 @@ What runs, per size N (everything on 127.0.0.1, every server stopped at the end)
    precomputed vectors memstream's fill uses (the same model's, from the same cache) and embeds
    every other text (the queries) live, so the fill measures CPersona and not our embedder;
    ``live`` embeds everything. Ratios (CPersona / memstream) are reported at every size both ran.
+   ``--cpersona-fill bulk`` puts each increment in through bench/cpersona/bulk_fill.py instead
+   (the same ``store`` calls through CPersona's own handlers in its own interpreter, each with
+   the vector the /embed server would answer; no server running), then starts a fresh server
+   with ``CPERSONA_CALIBRATE_ON_MODEL_CHANGE=false`` (as uncalibrated as the one that fills over
+   MCP) for that size's queries. Over MCP a store with an id costs ~1 ms more per 1k memories
+   stored (CPersona's msg_id dedup probe scans the agent's memories); the bulk fill asks the same
+   probe through the partial unique index. Same rows: bench/cpersona/verify_bulk_fill.py.
 
 Order: memstream at the sizes up to the largest CPersona size, then CPersona, then the larger
 memstream sizes (so the compared phases run close together in time).
@@ -49,6 +56,8 @@ Usage (repo root, project venv)::
     python bench/recall_latency.py --cpersona-docs 0          # memstream only
     python bench/recall_latency.py --sizes 10000,100000,1000000 --cpersona-docs 10000,100000
                                                               # the full issue-3 run (~1 h here)
+    python bench/recall_latency.py --cpersona-docs 10000,100000 --cpersona-fill bulk
+                                                              # CPersona at 100k in minutes
 
 Results: ``bench/results/recall_latency.json`` (``--out``, rewritten after every phase) and a
 markdown table on stdout.
@@ -80,6 +89,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
+from cpersona_bulk import (
+    SERVE_AS_MCP_FILLED,
+    VERIFY_COMMAND,
+    VERIFY_RESULT,
+    cpersona_python,
+    run_bulk_fill,
+    store_line,
+    write_ops,
+)
 from eval_recall import (
     AGENT,
     DEFAULT_CPERSONA,
@@ -440,17 +458,94 @@ class CpersonaEmbedServer:
         self._err.close()
 
 
+def cpersona_store_args(i: int, text: str) -> dict[str, Any]:
+    """Corpus row i's ``store`` call (its msg_id ``d<i>`` is what recall answers carry as id)."""
+    return {"agent_id": AGENT, "content": text, "id": f"d{i}"}
+
+
+def write_cpersona_ops(texts: list[str], vecs: np.ndarray | None, start: int, stop: int, path: Path) -> int:
+    """Rows start..stop as bulk_fill.py store lines; with ``vecs`` each carries the vector the /embed
+    server answers for it from its precomputed table (``--cpersona-embed cache``)."""
+    return write_ops(
+        path,
+        (
+            store_line(cpersona_store_args(i, texts[i]), vector=None if vecs is None else vecs[i])
+            for i in range(start, stop)
+        ),
+    )
+
+
+def _mcp_store_range(
+    client: McpStdio, embed: CpersonaEmbedServer, texts: list[str], have: int, n: int, concurrency: int
+) -> dict[str, Any]:
+    """Rows have..n through MCP stdio ``store`` (bench/eval_recall.py's driver)."""
+
+    def store(did: str, text: str) -> dict[str, Any]:
+        return client.call_tool("store", cpersona_store_args(int(did[1:]), text))
+
+    docs = {f"d{i}": texts[i] for i in range(have, n)}
+    log(f"cpersona: storing docs {have}..{n} over MCP (concurrency {concurrency})")
+    c0, e0, h0 = proc_cpu_s(client.proc.pid), proc_cpu_s(embed.proc.pid), embed.health()
+    st, _ = store_all(store, docs, concurrency, "cpersona")
+    c1, e1, h1 = proc_cpu_s(client.proc.pid), proc_cpu_s(embed.proc.pid), embed.health()
+    st["method"] = "mcp"
+    if None not in (c0, c1, e0, e1):
+        st["cpersona_cpu_s"] = round(c1 - c0, 1)
+        st["embed_server_cpu_s"] = round(e1 - e0, 1)
+    st["embed_table_hits"] = h1.get("table_hits", 0) - h0.get("table_hits", 0)
+    st["embed_live_texts"] = h1.get("live_misses", 0) - h0.get("live_misses", 0)
+    return st
+
+
+def _bulk_store_range(
+    args: argparse.Namespace,
+    env: dict[str, str],
+    work: Path,
+    texts: list[str],
+    vecs: np.ndarray | None,
+    have: int,
+    n: int,
+) -> dict[str, Any]:
+    """Rows have..n through bench/cpersona/bulk_fill.py into the same database (no server running)."""
+    ops = work / f"cpersona-ops-{have}-{n}.jsonl"
+    t0 = time.perf_counter()
+    write_cpersona_ops(texts, vecs, have, n, ops)
+    write_s = time.perf_counter() - t0
+    log(f"cpersona: bulk fill of docs {have}..{n}")
+    body = run_bulk_fill(cpersona_python(args.cpersona), ops, env, work, work / f"cpersona-bulk-{n}.stderr")
+    ops.unlink(missing_ok=True)
+    if body["exit_status"] != 0:
+        raise RuntimeError(f"bulk fill: not every store was accepted: {json.dumps(body['first_failures'])[:600]}")
+    return {
+        "method": "bulk",
+        "docs": n - have,
+        "seconds": body["store_s"],
+        "per_second": body["stores_per_s"],
+        "outcomes": body["store_results"],
+        "ops_written_s": round(write_s, 2),
+        "bulk_fill_wall_s": body["wall_s"],
+        "task_drain_s": body["task_drain_s"],
+        "counters": body["counters"],
+    }
+
+
 def run_cpersona(args: argparse.Namespace, wl: Workload, work: Path, sizes: list[int], on_size: Any) -> dict[str, Any]:
     """One CPersona database filled in increments: at each size the same first texts memstream
-    stored, then the same queries. ``on_size(result)`` is called after each size."""
+    stored, then the same queries. ``on_size(result)`` is called after each size.
+
+    ``--cpersona-fill mcp``: one server fills over MCP stdio and answers at every size.
+    ``bulk``: each increment goes in through bench/cpersona/bulk_fill.py with no server running,
+    then a fresh server (startup calibration off, as uncalibrated as the MCP one) answers."""
     if not Path(args.cpersona).exists():
         raise FileNotFoundError(f"{args.cpersona} not found")
     sizes = sorted(set(sizes))
+    bulk = args.cpersona_fill == "bulk"
     texts, vecs = wl.corpus(sizes[-1])
     precomputed = None
     if args.cpersona_embed == "cache":
         precomputed = work / "cpersona-corpus-vectors.npz"
         np.savez(precomputed, texts=np.array(texts), vectors=vecs, model=np.array(wl.model_id))
+    bulk_vecs = vecs if bulk and precomputed is not None else None
     del vecs
     home = work / "cpersona-home"
     (home / "data").mkdir(parents=True, exist_ok=True)
@@ -464,71 +559,79 @@ def run_cpersona(args: argparse.Namespace, wl: Workload, work: Path, sizes: list
             if precomputed is not None
             else "every text embedded live"
         ),
+        "fill_method": args.cpersona_fill,
         "concurrency": args.cpersona_concurrency,
         "sizes": [],
     }
+    if bulk:
+        out["fill_verification"] = {"command": VERIFY_COMMAND, "result": VERIFY_RESULT}
+    client: McpStdio | None = None
     try:
         env = cpersona_env(home, embed.url, {})
-        client = McpStdio([args.cpersona], env, home, work / "cpersona.stderr")
-        try:
-            init = client.handshake()
+        serve_env = cpersona_env(home, embed.url, SERVE_AS_MCP_FILLED) if bulk else env
+        out["cpersona_version"] = _dist_version(args.cpersona, "cpersona")
+
+        def start_server() -> McpStdio:
+            c = McpStdio([args.cpersona], serve_env, home, work / f"cpersona-{len(out['sizes'])}.stderr")
+            init = c.handshake()
             out["mcp_server_info_version"] = (init.get("serverInfo") or {}).get("version")
-            out["cpersona_version"] = _dist_version(args.cpersona, "cpersona")
+            out["serve_env"] = {
+                k: v for k, v in serve_env.items() if k.startswith("CPERSONA_") and k != "CPERSONA_DB_PATH"
+            }
+            return c
 
-            def store(did: str, text: str) -> dict[str, Any]:
-                return client.call_tool("store", {"agent_id": AGENT, "content": text, "id": did})
+        def recall(q: str) -> list[dict[str, Any]]:
+            assert client is not None
+            body = client.call_tool("recall", {"agent_id": AGENT, "query": q, "limit": K})
+            if body.get("ok") is False:
+                raise RuntimeError(json.dumps(body)[:300])
+            return list(body.get("messages") or [])
 
-            def recall(q: str) -> list[dict[str, Any]]:
-                body = client.call_tool("recall", {"agent_id": AGENT, "query": q, "limit": K})
-                if body.get("ok") is False:
-                    raise RuntimeError(json.dumps(body)[:300])
-                return list(body.get("messages") or [])
-
-            have = 0
-            store_s_total = 0.0
-            for n in sizes:
-                r: dict[str, Any] = {"docs": n, "loadavg_before": load()}
-                docs = {f"d{i}": texts[i] for i in range(have, n)}
-                log(f"cpersona: storing docs {have}..{n} (concurrency {args.cpersona_concurrency})")
-                c0, e0, h0 = proc_cpu_s(client.proc.pid), proc_cpu_s(embed.proc.pid), embed.health()
-                st, _ = store_all(store, docs, args.cpersona_concurrency, "cpersona")
-                c1, e1, h1 = proc_cpu_s(client.proc.pid), proc_cpu_s(embed.proc.pid), embed.health()
-                store_s_total += st["seconds"]
-                st["from_doc"], st["to_doc"] = have, n
-                st["cumulative_fill_seconds"] = round(store_s_total, 1)
-                if None not in (c0, c1, e0, e1):
-                    st["cpersona_cpu_s"] = round(c1 - c0, 1)
-                    st["embed_server_cpu_s"] = round(e1 - e0, 1)
-                st["embed_table_hits"] = h1.get("table_hits", 0) - h0.get("table_hits", 0)
-                st["embed_live_texts"] = h1.get("live_misses", 0) - h0.get("live_misses", 0)
-                r["store"] = st
-                r["loadavg_after_store"] = load()
-                log(f"cpersona {n}: store {st}")
-                have = n
-                for q in wl.query_texts[: args.warmup]:
-                    recall(q)
-                c2 = proc_cpu_s(client.proc.pid)
-                lat: list[float] = []
-                rows: list[int] = []
-                for q in wl.query_texts:
-                    t = time.perf_counter()
-                    rows.append(len(recall(q)))
-                    lat.append((time.perf_counter() - t) * 1000)
-                c3 = proc_cpu_s(client.proc.pid)
-                r["recall_embedding_included"] = stats(lat)
-                if None not in (c2, c3):
-                    r["recall_cpersona_cpu_ms_per_query"] = round((c3 - c2) * 1000 / len(lat), 1)
-                r["mean_rows"] = round(float(np.mean(rows)), 2)
-                r["empty"] = rows.count(0)
-                r["loadavg_after_recall"] = load()
-                r["cpersona_rss_peak_mb"] = proc_rss_mb(client.proc.pid)
-                log(f"cpersona {n}: recall {r['recall_embedding_included']}")
-                out["sizes"].append(r)
-                on_size(out)
-            out["embed_server_counters"] = embed.health()
-        finally:
-            client.close()
+        have = 0
+        store_s_total = 0.0
+        for n in sizes:
+            r: dict[str, Any] = {"docs": n, "loadavg_before": load()}
+            if bulk:
+                if client is not None:
+                    client.close()
+                    client = None
+                st = _bulk_store_range(args, env, work, texts, bulk_vecs, have, n)
+                client = start_server()
+            else:
+                if client is None:
+                    client = start_server()
+                st = _mcp_store_range(client, embed, texts, have, n, args.cpersona_concurrency)
+            store_s_total += st["seconds"]
+            st["from_doc"], st["to_doc"] = have, n
+            st["cumulative_fill_seconds"] = round(store_s_total, 1)
+            r["store"] = st
+            r["loadavg_after_store"] = load()
+            log(f"cpersona {n}: store {st}")
+            have = n
+            for q in wl.query_texts[: args.warmup]:
+                recall(q)
+            c2 = proc_cpu_s(client.proc.pid)
+            lat: list[float] = []
+            rows: list[int] = []
+            for q in wl.query_texts:
+                t = time.perf_counter()
+                rows.append(len(recall(q)))
+                lat.append((time.perf_counter() - t) * 1000)
+            c3 = proc_cpu_s(client.proc.pid)
+            r["recall_embedding_included"] = stats(lat)
+            if None not in (c2, c3):
+                r["recall_cpersona_cpu_ms_per_query"] = round((c3 - c2) * 1000 / len(lat), 1)
+            r["mean_rows"] = round(float(np.mean(rows)), 2)
+            r["empty"] = rows.count(0)
+            r["loadavg_after_recall"] = load()
+            r["cpersona_rss_peak_mb"] = proc_rss_mb(client.proc.pid)
+            log(f"cpersona {n}: recall {r['recall_embedding_included']}")
+            out["sizes"].append(r)
+            on_size(out)
+        out["embed_server_counters"] = embed.health()
     finally:
+        if client is not None:
+            client.close()
         embed.stop()
     return out
 
@@ -628,7 +731,14 @@ def main(argv: list[str] | None = None) -> int:
         default="10000",
         help="comma list of CPersona sizes, filled incrementally in one database ('0' or '' skips CPersona)",
     )
-    ap.add_argument("--cpersona-concurrency", type=int, default=4)
+    ap.add_argument("--cpersona-concurrency", type=int, default=4, help="MCP fill: requests in flight")
+    ap.add_argument(
+        "--cpersona-fill",
+        choices=("mcp", "bulk"),
+        default="mcp",
+        help="mcp: store over MCP stdio; bulk: the same calls through bench/cpersona/bulk_fill.py "
+        "(CPersona's own handlers in process; verified by " + VERIFY_COMMAND + ")",
+    )
     ap.add_argument(
         "--cpersona-embed",
         choices=("cache", "live"),
@@ -669,6 +779,11 @@ def main(argv: list[str] | None = None) -> int:
         "phase_order": [],
         "memstream": [],
         "cpersona": None,
+        "cpersona_fill": {
+            "method": args.cpersona_fill,
+            "verification_command": VERIFY_COMMAND,
+            "verification_result": VERIFY_RESULT,
+        },
     }
 
     def save() -> None:

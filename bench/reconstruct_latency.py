@@ -29,20 +29,36 @@ Phases, per run (everything in fresh temporary directories, every child process 
    memstream.api.cli mcp`` on the data dir phase 1 filled (after its checkpoint), with
    ``MEMSTREAM_EMBEDDING_URL`` pointing at the same /embed server, driven by the same MCP client
    as CPersona (bench/eval_recall.py's ``McpStdio``): the transport-matched comparison.
-3. CPersona (``--cpersona-n``; 0 skips): a fresh database filled through MCP stdio ``store`` and
-   ``declare_associations`` (``--cpersona-concurrency`` requests in flight), then the same queries
-   with CPersona's defaults; then the same database served again with
+3. CPersona (``--cpersona-n``; 0 skips): a fresh database filled with the calls ``store`` and
+   ``declare_associations`` (``--cpersona-fill``, below), then the same queries with CPersona's
+   defaults over MCP stdio; then the same database served again with
    ``CPERSONA_RECONSTRUCT_ADJACENCY_SECONDS=0`` and the same queries (the fill stores everything
    from one source within seconds, so the default "adjacent in time, same source" key folds every
    answer into one or two items; memstream has no such key: the second pass answers in its shape).
 
-CPersona stores ~50 memories/s over MCP stdio (its own CPU), so it runs at a few thousand
-memories, memstream at that size and at 100k; ratios are reported at the common size only.
+CPersona fill (``--cpersona-fill``):
+
+* ``mcp`` (default): the calls over MCP stdio to the server that then answers the queries
+  (``--cpersona-concurrency`` requests in flight). ~11 ms per store and ~8 ms per mention here
+  (the transport's per-call cost, flat in N), so about an hour at 100k.
+* ``bulk``: the same calls, in the same order, written as JSON lines (each store with the vector
+  the /embed server would answer) and applied by bench/cpersona/bulk_fill.py under CPersona's own
+  interpreter through CPersona's tool handlers in process (its store, its declaration, its FTS
+  triggers and block tasks); then a fresh server answers the queries, with
+  ``CPERSONA_CALIBRATE_ON_MODEL_CHANGE=false`` so it is as uncalibrated as the server that fills
+  over MCP (that one calibrated at startup on an empty database). Same rows as the MCP fill
+  (bench/cpersona/verify_bulk_fill.py, whose command and result the report names); the memories'
+  wall-clock stamps are closer together, which the default adjacency key reads (the
+  adjacency-off pass does not). ~1.5 ms per store, under 1 ms per declaration: ~4 min at 100k.
+
+Ratios are reported at the size both systems ran.
 Order: memstream sizes up to the CPersona size, then CPersona, then the larger memstream sizes.
 
 Usage (repo root, project venv)::
 
     python bench/reconstruct_latency.py --sizes 5000,100000 --cpersona-n 5000 --queries 300   # issue 4
+    python bench/reconstruct_latency.py --sizes 100000 --mcp-sizes 100000 --cpersona-n 100000 \
+        --cpersona-fill bulk --queries 300 --warmup 20 --out bench/results/reconstruct_latency_100k.json
     python bench/reconstruct_latency.py --sizes 1000 --cpersona-n 0               # a quick check
 
 Results: JSON (``--out``, default bench/results/reconstruct_latency.json, rewritten after every
@@ -79,6 +95,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
+from cpersona_bulk import (
+    SERVE_AS_MCP_FILLED,
+    VERIFY_COMMAND,
+    VERIFY_RESULT,
+    cpersona_python,
+    declare_line,
+    run_bulk_fill,
+    store_line,
+    write_ops,
+)
 from embed_server import EmbedServer, _Handler, serve_in_thread
 from eval_recall import DEFAULT_CPERSONA, McpStdio, _dist_version, cpersona_env
 
@@ -383,74 +409,137 @@ def _parallel(fn: Callable[[int], dict[str, Any]], count: int, concurrency: int,
         return list(pool.map(one, range(count)))
 
 
+def store_args(wl: Workload, i: int) -> dict[str, Any]:
+    return {"agent_id": AGENT, "content": wl.texts[i]}
+
+
+def mention_args(wl: Workload, i: int, anchor_ref: str | None) -> dict[str, Any]:
+    """Memory i's mention declaration (``anchor_ref`` None: bulk_fill anchors it by key)."""
+    args: dict[str, Any] = {"agent_id": AGENT, "associations": {"entities": [{"name": wl.mention[i]}]}}
+    if anchor_ref is not None:
+        args["anchor_ref"] = anchor_ref
+    return args
+
+
+def relation_args(wl: Workload, start: int) -> dict[str, Any]:
+    return {"agent_id": AGENT, "associations": {"relations": wl.relations[start : start + REL_PER_CALL]}}
+
+
+def cpersona_fill_mcp(client: McpStdio, wl: Workload, concurrency: int) -> dict[str, Any]:
+    """The fill through MCP stdio: N stores, N mention declarations, N/2 relations in calls of 64."""
+    pid = client.proc.pid
+    cpu0 = proc_cpu_s(pid)
+    fill: dict[str, Any] = {"method": "mcp", "concurrency": concurrency}
+    t0 = time.perf_counter()
+    stores = _parallel(lambda i: client.call_tool("store", store_args(wl, i)), wl.n, concurrency, "cpersona store")
+    fill["store_s"] = round(time.perf_counter() - t0, 2)
+    fill["store_per_s"] = round(wl.n / fill["store_s"], 1)
+    fill["store_outcomes"] = dict(Counter(str(b.get("result") or b.get("ok")) for b in stores))
+    fill["stored_embedded"] = sum(1 for b in stores if b.get("embedded") is True)
+    bad = [b for b in stores if b.get("result") != "stored"]
+    if bad:
+        raise RuntimeError(f"cpersona store: {len(bad)} not stored, first {json.dumps(bad[0])[:300]}")
+    log(f"cpersona: stored {wl.n} in {fill['store_s']} s")
+    t1 = time.perf_counter()
+    decl = _parallel(
+        lambda i: client.call_tool("declare_associations", mention_args(wl, i, f"mem:{stores[i]['id']}")),
+        wl.n,
+        concurrency,
+        "cpersona mentions",
+    )
+    fill["mentions_s"] = round(time.perf_counter() - t1, 2)
+    fill["mention_errors"] = sum(1 for b in decl if b.get("ok") is False)
+    fill["mentions_declared"] = sum(int(b.get("mentions") or 0) for b in decl)
+    fill["mentions_dropped"] = sum(len(b.get("dropped") or []) for b in decl)
+    log(f"cpersona: mentions in {fill['mentions_s']} s")
+    t2 = time.perf_counter()
+    rel_bodies = [
+        client.call_tool("declare_associations", relation_args(wl, s))
+        for s in range(0, len(wl.relations), REL_PER_CALL)
+    ]
+    fill["relations_s"] = round(time.perf_counter() - t2, 2)
+    fill["relation_errors"] = sum(1 for b in rel_bodies if b.get("ok") is False)
+    fill["relations_declared"] = sum(len(b.get("relations") or []) for b in rel_bodies)
+    fill["relations_dropped"] = sum(len(b.get("dropped") or []) for b in rel_bodies)
+    cpu1 = proc_cpu_s(pid)
+    if cpu0 is not None and cpu1 is not None:
+        fill["cpersona_cpu_s"] = round(cpu1 - cpu0, 1)
+    return fill
+
+
+def write_cpersona_ops(wl: Workload, path: Path) -> int:
+    """The MCP fill's calls, in its order, as bulk_fill.py lines; each store carries the vector the
+    /embed server would have answered for its text (the same embedder, the same serialisation)."""
+    emb = HashedEmbedder()
+
+    def lines() -> Any:
+        for start in range(0, wl.n, 1024):
+            vecs = emb.embed(wl.texts[start : start + 1024])
+            for j, vec in enumerate(vecs):
+                yield store_line(store_args(wl, start + j), key=f"m{start + j}", vector=vec)
+        for i in range(wl.n):
+            yield declare_line(mention_args(wl, i, None), anchor_key=f"m{i}")
+        for s in range(0, len(wl.relations), REL_PER_CALL):
+            yield declare_line(relation_args(wl, s))
+
+    return write_ops(path, lines())
+
+
+def cpersona_fill_bulk(args: argparse.Namespace, wl: Workload, env: dict[str, str], work: Path) -> dict[str, Any]:
+    """The same calls through bench/cpersona/bulk_fill.py (CPersona's handlers, in its own process)."""
+    ops = work / f"cpersona-ops-{wl.n}.jsonl"
+    t0 = time.perf_counter()
+    count = write_cpersona_ops(wl, ops)
+    write_s = time.perf_counter() - t0
+    log(f"cpersona: bulk fill of {count} calls")
+    body = run_bulk_fill(cpersona_python(args.cpersona), ops, env, work, work / "cpersona-bulk-fill.stderr")
+    ops.unlink(missing_ok=True)
+    if body["exit_status"] != 0:
+        raise RuntimeError(f"bulk fill: not every call was accepted: {json.dumps(body['first_failures'])[:600]}")
+    return {
+        "method": "bulk",
+        "ops_written_s": round(write_s, 2),
+        "bulk_fill_wall_s": body["wall_s"],
+        "store_s": body["store_s"],
+        "store_per_s": body["stores_per_s"],
+        "store_outcomes": body["store_results"],
+        "declare_s": body["declare_s"],
+        "declare_outcomes": body["declare_results"],
+        "mentions_declared": body["mentions_declared"],
+        "relations_declared": body["relations_declared"],
+        "items_dropped": body["items_dropped"],
+        "task_drain_s": body["task_drain_s"],
+        "bulk_fill_total_s": body["total_s"],
+        "counters": body["counters"],
+        "verification": {"command": VERIFY_COMMAND, "result": VERIFY_RESULT},
+    }
+
+
 def cpersona(args: argparse.Namespace, wl: Workload, warmup: int, embed_url: str, work: Path) -> dict[str, Any]:
     if not Path(args.cpersona).exists():
         raise FileNotFoundError(f"{args.cpersona} not found")
     home = work / "cpersona-home"
     (home / "data").mkdir(parents=True, exist_ok=True)
     env = cpersona_env(home, embed_url, {})
+    load_before = loadavg()
+    fill: dict[str, Any] | None = None
+    if args.cpersona_fill == "bulk":
+        fill = cpersona_fill_bulk(args, wl, env, work)
+        env = cpersona_env(home, embed_url, SERVE_AS_MCP_FILLED)
     r: dict[str, Any] = {
         "version": _dist_version(args.cpersona, "cpersona"),
+        "fill_method": args.cpersona_fill,
         "concurrency": args.cpersona_concurrency,
         "env": {k: v for k, v in env.items() if k.startswith("CPERSONA_") and k != "CPERSONA_DB_PATH"},
-        "loadavg_before": loadavg(),
+        "loadavg_before": load_before,
     }
     client = McpStdio([args.cpersona], env, home, work / "cpersona.stderr")
     try:
         init = client.handshake()
         r["mcp_server_info_version"] = (init.get("serverInfo") or {}).get("version")
         pid = client.proc.pid
-        cpu0 = proc_cpu_s(pid)
-        fill: dict[str, Any] = {}
-        t0 = time.perf_counter()
-        stores = _parallel(
-            lambda i: client.call_tool("store", {"agent_id": AGENT, "content": wl.texts[i]}),
-            wl.n,
-            args.cpersona_concurrency,
-            "cpersona store",
-        )
-        fill["store_s"] = round(time.perf_counter() - t0, 2)
-        fill["store_per_s"] = round(wl.n / fill["store_s"], 1)
-        fill["store_outcomes"] = dict(Counter(str(b.get("result") or b.get("ok")) for b in stores))
-        fill["stored_embedded"] = sum(1 for b in stores if b.get("embedded") is True)
-        bad = [b for b in stores if b.get("result") != "stored"]
-        if bad:
-            raise RuntimeError(f"cpersona store: {len(bad)} not stored, first {json.dumps(bad[0])[:300]}")
-        log(f"cpersona: stored {wl.n} in {fill['store_s']} s")
-        t1 = time.perf_counter()
-        decl = _parallel(
-            lambda i: client.call_tool(
-                "declare_associations",
-                {
-                    "agent_id": AGENT,
-                    "anchor_ref": f"mem:{stores[i]['id']}",
-                    "associations": {"entities": [{"name": wl.mention[i]}]},
-                },
-            ),
-            wl.n,
-            args.cpersona_concurrency,
-            "cpersona mentions",
-        )
-        fill["mentions_s"] = round(time.perf_counter() - t1, 2)
-        fill["mention_errors"] = sum(1 for b in decl if b.get("ok") is False)
-        fill["mentions_declared"] = sum(int(b.get("mentions") or 0) for b in decl)
-        fill["mentions_dropped"] = sum(len(b.get("dropped") or []) for b in decl)
-        log(f"cpersona: mentions in {fill['mentions_s']} s")
-        t2 = time.perf_counter()
-        rel_bodies = [
-            client.call_tool(
-                "declare_associations",
-                {"agent_id": AGENT, "associations": {"relations": wl.relations[s : s + REL_PER_CALL]}},
-            )
-            for s in range(0, len(wl.relations), REL_PER_CALL)
-        ]
-        fill["relations_s"] = round(time.perf_counter() - t2, 2)
-        fill["relation_errors"] = sum(1 for b in rel_bodies if b.get("ok") is False)
-        fill["relations_declared"] = sum(len(b.get("relations") or []) for b in rel_bodies)
-        fill["relations_dropped"] = sum(len(b.get("dropped") or []) for b in rel_bodies)
-        cpu1 = proc_cpu_s(pid)
-        if cpu0 is not None and cpu1 is not None:
-            fill["cpersona_cpu_s"] = round(cpu1 - cpu0, 1)
+        if fill is None:
+            fill = cpersona_fill_mcp(client, wl, args.cpersona_concurrency)
         r["fill"] = fill
         r["loadavg_after_fill"] = loadavg()
         log(f"cpersona: fill {fill}")
@@ -539,7 +628,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--mcp-sizes", default=None, help="memstream sizes also measured over MCP stdio (default: the CPersona size)"
     )
-    ap.add_argument("--cpersona-concurrency", type=int, default=4)
+    ap.add_argument("--cpersona-concurrency", type=int, default=4, help="MCP fill: requests in flight")
+    ap.add_argument(
+        "--cpersona-fill",
+        choices=("mcp", "bulk"),
+        default="mcp",
+        help="mcp: store/declare_associations over MCP stdio; bulk: the same calls through "
+        "bench/cpersona/bulk_fill.py (CPersona's own handlers in process; verified by " + VERIFY_COMMAND + ")",
+    )
     ap.add_argument(
         "--no-cpersona-adjacency-off",
         dest="cpersona_adjacency_off",
@@ -579,6 +675,11 @@ def main(argv: list[str] | None = None) -> int:
         "memstream": [],
         "memstream_mcp": [],
         "cpersona": None,
+        "cpersona_fill": {
+            "method": args.cpersona_fill,
+            "verification_command": VERIFY_COMMAND,
+            "verification_result": VERIFY_RESULT,
+        },
     }
 
     def save() -> None:
