@@ -34,7 +34,7 @@ from memstream.streams.embedded_bus import EmbeddedCommandBus
 from memstream.streams.embedding import Embedder
 from memstream.streams.events import AuditRecord, Embedding, decode
 from memstream.streams.log import Committed
-from memstream.streams.runner import ProjectionRunner
+from memstream.streams.runner import ProjectionRunner, freeze_long_lived
 from memstream.streams.snapshots import SnapshotStore
 from memstream.streams.sqlite_log import SqliteLog
 
@@ -177,6 +177,7 @@ class Engine:
     def _restore_projections(self) -> None:
         self.runner.restore()
         self.fold("start-up", self.runner)
+        freeze_long_lived()
 
     def fold(self, kind: str, runner: ProjectionRunner, stop: int | None = None) -> int:
         """``runner.catch_up(stop)`` (possibly long: start-up, a big tail, a point-in-time

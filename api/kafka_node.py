@@ -68,6 +68,7 @@ from memstream.streams.kafka_bus import KafkaCommandBus
 from memstream.streams.kafka_decider import KafkaDecider, NotOwned
 from memstream.streams.kafka_log import KafkaConfig, KafkaLog, OutRecord
 from memstream.streams.log import Committed, partition_for
+from memstream.streams.runner import freeze_long_lived
 from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -293,6 +294,7 @@ class Node:
             return PartitionModels(partition, end, store)
         models.offset = models.restored_from = models.checkpoint_offset = offset
         log.info("partition %d: read models restored at offset %d (end %d)", partition, offset, end)
+        freeze_long_lived()  # as the embedded engine after its start-up (streams/runner.py)
         return models
 
     async def _anchor(self, partition: int, offset: int) -> str | None:

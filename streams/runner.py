@@ -66,6 +66,18 @@ def bulk_fold(events: int) -> Iterator[None]:
         gc.freeze()
 
 
+def freeze_long_lived() -> None:
+    """Move every object alive now out of the cyclic collector's reach (``gc.freeze``).
+
+    Called once the read models are loaded (from snapshots, or folded): they are millions of
+    small objects that live as long as the process and hold no garbage cycles, and without this
+    every generation-2 collection walks all of them, a pause of hundreds of milliseconds at
+    100k memories that lands on whichever call triggers it (the p99 of a loaded server). The
+    start-up's own garbage is collected first, so it is not frozen with them."""
+    gc.collect()
+    gc.freeze()
+
+
 class ProjectionRunner:
     def __init__(
         self,
