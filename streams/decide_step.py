@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memstream.streams.commands import Command
-from memstream.streams.decision import DecideContext, DecisionState, Limits, Outcome, decide
+from memstream.streams.decision import DecideContext, DecisionState, Limits, Outcome, decide, outcome_of_memo
 from memstream.streams.events import AuditRecord, decode, new_id
 from memstream.streams.log import Committed, partition_for
 
@@ -50,6 +50,13 @@ def decide_and_fold(
     agent = item.scope.agent_id
     partition = partition_for(agent, state.num_partitions)
     if isinstance(item, AuditRecord):
+        first = state.agent(agent).commands.get(item.command_id)
+        if first is not None:
+            # Recorded already: a refusal delivered again (Kafka's commands topic is at least
+            # once: a partition that moves before its consumer offset was committed hands its
+            # last commands to the next owner) or retried with the same command id. Like a
+            # retried command (W9), it gets its first answer and appends nothing.
+            return Committed(outcome_of_memo(first))
         _fold_audit(state, item, partition, audits)
         return Committed(outcome=Outcome.from_dict(item.outcome))
     decision = decide(state, item, DecideContext(partition, limits, new_id))

@@ -194,3 +194,32 @@ def test_an_agents_vectors_are_all_of_its_model(specs: list[tuple[Any, ...]]) ->
             assert st_.model is not None
             stale = [m for m, f in st_.memories.items() if f.models and st_.model not in f.models]
             assert not stale
+
+
+def test_a_refusal_delivered_twice_is_recorded_once() -> None:
+    """An audit record of a refusal made before any command existed (bad input, a denied
+    call) is remembered by its command id, so a second delivery (the Kafka commands topic is at
+    least once) or a retry with the same id appends nothing and gets the first answer."""
+    from memstream.streams.decide_step import NewAudit, NewEvent, decide_and_fold
+    from memstream.streams.events import AuditRecord
+
+    state = DecisionState(4)
+    record = AuditRecord(
+        id="r1",
+        kind="refused",
+        command="store",
+        command_id="denied-1",
+        scope=Scope(agent_id="bob"),
+        actor=Actor(client_id="t"),
+        occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
+        outcome={"result": "rejected", "reason": "no grant", "error": "permission_denied"},
+    )
+    events: list[NewEvent] = []
+    audits: list[NewAudit] = []
+    first = decide_and_fold(state, record, Limits(), events, audits)
+    again = decide_and_fold(state, record, Limits(), events, audits)
+    assert len(audits) == 1 and not events
+    assert again.outcome == first.outcome and again.offset is None
+    other = record.model_copy(update={"command_id": "denied-2", "id": "r2"})
+    decide_and_fold(state, other, Limits(), events, audits)
+    assert len(audits) == 2  # another refusal is recorded
