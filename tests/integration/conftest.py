@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -18,3 +19,16 @@ async def cfg(request: pytest.FixtureRequest) -> AsyncIterator[KafkaConfig]:
     config = deployment_config(getattr(request.module, "PARTITIONS", 3))
     yield config
     await drop_topics(config.prefix)
+
+
+@pytest.fixture
+def deployment(cfg: KafkaConfig) -> Iterator[Any]:
+    """Real worker and router processes of the test's own deployment
+    (``integration.test_kafka_mode.Deployment``; the test starts what it needs), stopped after it."""
+    from integration.test_kafka_mode import Deployment
+
+    d = Deployment(cfg)
+    try:
+        yield d
+    finally:
+        d.stop()

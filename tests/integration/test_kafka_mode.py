@@ -9,7 +9,6 @@ import asyncio
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +71,6 @@ class Deployment:
 
     def stop(self) -> None:
         stop_processes(self.procs)
-
-
-@pytest.fixture
-def deployment(cfg: KafkaConfig) -> Iterator[Deployment]:
-    d = Deployment(cfg)
-    try:
-        yield d
-    finally:
-        d.stop()
 
 
 def stable(body: Any) -> Any:

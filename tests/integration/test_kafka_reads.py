@@ -13,7 +13,6 @@ their events interleave in it, as a deployment's do.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,6 @@ from faces import HttpFace, McpFace
 
 from integration.test_kafka_mode import Deployment
 from memstream.api.settings import Settings
-from memstream.streams.kafka_log import KafkaConfig
 from memstream.streams.log import partition_for
 from memstream.streams.sqlite_log import SqliteLog
 
@@ -44,15 +42,6 @@ AGENTS = ["ada", _sharing("ada"), "bob", "cy"]
 TOPICS = ["harbour gate code", "green tea mornings", "billing database", "printer paper jam", "vpn certificate"]
 # Clock readings and random ids: the only fields two runs of one script may differ in.
 VOLATILE = {"at", "event_id", "timestamp", "created_at", "updated_at", "as_of", "elapsed_ms"}
-
-
-@pytest.fixture
-def deployment(cfg: KafkaConfig) -> Iterator[Deployment]:
-    d = Deployment(cfg)
-    try:
-        yield d
-    finally:
-        d.stop()
 
 
 def stable(body: Any) -> Any:

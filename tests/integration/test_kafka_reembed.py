@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -14,22 +13,12 @@ from conftest import HashEmbedder, SecondHashEmbedder
 from faces import HttpFace
 
 from integration.test_kafka_mode import TOPICS, Deployment
-from memstream.streams.kafka_log import KafkaConfig
 from memstream.streams.log import partition_for
 
 pytestmark = [pytest.mark.kafka]
 
 PARTITIONS = 4
 AGENTS = ["ada", "bob", "cy", "dee", "eve", "fay"]
-
-
-@pytest.fixture
-def deployment(cfg: KafkaConfig) -> Iterator[Deployment]:
-    d = Deployment(cfg)
-    try:
-        yield d
-    finally:
-        d.stop()
 
 
 def cosine(embedder: HashEmbedder, a: str, b: str) -> float:
@@ -77,7 +66,7 @@ async def test_reembed_every_agent_and_one_agent_through_the_router(deployment: 
             assert back["ok"] is True and back["job"]["result"]["complete"] is True
             assert back["job"]["result"]["reembedded"] == 5  # ada's 4 notes and the fresh one
             for agent, model in (("ada", HashEmbedder()), ("bob", SecondHashEmbedder())):
-                rows = (await face.call("recall", {"agent_id": agent, "query": "printer paper jam", "limit": 2}))
+                rows = await face.call("recall", {"agent_id": agent, "query": "printer paper jam", "limit": 2})
                 top = rows["messages"][-1]
                 assert top["match_reason"]["cosine"] == pytest.approx(
                     cosine(model, "printer paper jam", top["content"]), abs=1e-5
