@@ -181,16 +181,9 @@ async def kafka_run(workers: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def drop_topics(prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
+    from memstream.streams.kafka_log import delete_topics_with_prefix
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-    await admin.start()
-    try:
-        doomed = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if doomed:
-            await admin.delete_topics(doomed)
-    finally:
-        await admin.close()
+    await delete_topics_with_prefix(BOOTSTRAP, prefix)
 
 
 async def rebuild_run(events: int, partitions: int) -> dict[str, Any]:

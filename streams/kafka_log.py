@@ -417,3 +417,18 @@ async def events_end_offsets(cfg: KafkaConfig) -> dict[int, int]:
         return await kafka.end_offsets()
     finally:
         await kafka.close()
+
+
+async def delete_topics_with_prefix(bootstrap: str, prefix: str) -> list[str]:
+    """Delete every topic whose name starts with ``prefix`` (a deployment's, see
+    ``KafkaConfig.prefix``): for tests and benchmarks that create throwaway deployments. The
+    event topic is the source of truth, so nothing in a running deployment calls this."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        doomed = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if doomed:
+            await admin.delete_topics(doomed)
+        return doomed
+    finally:
+        await admin.close()

@@ -105,14 +105,9 @@ def deployment_config(partitions: int) -> Any:
 
 async def drop_topics(prefix: str) -> None:
     """Delete every topic a test's deployment created."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-    await admin.start()
-    try:
-        doomed = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if doomed:
-            await admin.delete_topics(doomed)
-    finally:
-        await admin.close()
+    from memstream.streams.kafka_log import delete_topics_with_prefix
+
+    await delete_topics_with_prefix(BOOTSTRAP, prefix)
 
 
 def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
