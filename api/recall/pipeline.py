@@ -132,24 +132,35 @@ def run_recall(
     lex_query = " ".join((req.query, *req.lexical_terms)) if req.lexical_terms else req.query
     shares: dict[str, float] = {}  # each lexical row's share of the query's IDF mass
     lexical: list[tuple[str, float]] = []
-    keyword: list[tuple[str, float]] = []
     if use_lexical:
         bm25_hits = engine.lexical.search_shares(req.scope, lex_query, fetch)
-        keyword_hits = engine.lexical.keyword_shares(req.scope, lex_query, fetch)
         lexical = admitted([(r, s) for r, s, _ in bm25_hits])
-        keyword = admitted([(r, s) for r, s, _ in keyword_hits])
-        shares = {r: sh for r, _, sh in keyword_hits} | {r: sh for r, _, sh in bm25_hits}
+        shares = {r: sh for r, _, sh in bm25_hits}
+    keyword_memo: list[list[tuple[str, float]]] = []
+
+    def keyword() -> list[tuple[str, float]]:
+        """The keyword channel's admitted rows, computed on first use only: a substring search
+        whose cost grows with the agent's rows, needed when BM25 leaves the lexical vote short,
+        by ``cascade`` and by the legacy gate's fallback, and by nothing else."""
+        if not keyword_memo:
+            hits = engine.lexical.keyword_shares(req.scope, lex_query, fetch) if use_lexical else []
+            for r, _, sh in hits:
+                shares.setdefault(r, sh)  # BM25's share of a row both found stands
+            keyword_memo.append(admitted([(r, s) for r, s, _ in hits]))
+        return keyword_memo[0]
 
     # The keyword channel is a fallback inside the lexical vote, not a vote of its own: it adds
     # rows BM25 did not rank (identifiers, hashes, terms its tokenizer splits) after BM25's
     # rows. Counted separately it would give lexical evidence two votes against the vector's
     # one, and the keyword channel's coarse order (matched-term counts) would outvote both.
-    in_lexical = {r for r, _ in lexical}
-    lexical_vote = lexical + [(r, s) for r, s in keyword if r not in in_lexical][: max(0, depth - len(lexical))]
+    lexical_vote = list(lexical)
+    if use_lexical and len(lexical) < depth:
+        in_lexical = {r for r, _ in lexical}
+        lexical_vote += [(r, s) for r, s in keyword() if r not in in_lexical][: depth - len(lexical)]
     lists = {"vector": window, "far": far, "lexical": lexical_vote}
     mode = settings.recall_mode
     if mode == "cascade":
-        cands = fusion.cascade(window, [lexical, keyword], settings.vector_min_similarity)
+        cands = fusion.cascade(window, [lexical, keyword()], settings.vector_min_similarity)
     elif mode == "rsf":
         cands = fusion.rsf({k: v for k, v in lists.items() if v})
     else:
@@ -188,7 +199,7 @@ def run_recall(
     if cfg.legacy_confidence:
         passed.sort(key=lambda c: -(c.confidence or 0.0))
         if not passed:
-            lexical_refs = {r for r, _ in lexical} | {r for r, _ in keyword}
+            lexical_refs = {r for r, _ in lexical} | {r for r, _ in keyword()}
             rescued = [c for c in blocked if c.ref in lexical_refs]
             if rescued:
                 passed, gate_fallback = rescued, True
