@@ -11,9 +11,10 @@ Layout of one agent's index:
   appends a new one; a delete kills a slot. Per-slot columns (numpy, grown by doubling) hold the
   token count, the creation offset (``seq``: the recency order), the project and channel codes
   and an alive flag; dead slots stay in postings until a compaction renumbers the agent.
-- *BM25 postings*: term -> ``array('i')`` of interleaved (slot, term frequency), appended in C
-  on every add, copied into numpy at query time. ``df``, the live row count and the live token
-  total are kept exactly, so scores are those of the live rows alone, whatever dead slots linger.
+- *BM25 postings*: term -> two ``array('i')``, ascending slots and their term frequencies,
+  appended in C on every add and read in place by numpy at query time. ``df``, the live row
+  count and the live token total are kept exactly, so scores are those of the live rows alone,
+  whatever dead slots linger.
 - *keyword words*: every distinct whitespace-separated word of the normalised text, with an
   ``array('i')`` of slots, and all words joined in one string; a query term is found by
   ``str`` search over that string (the distinct words, ~1 MB at 100k rows), never over the rows.
@@ -34,7 +35,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable
 from sys import intern
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -50,6 +51,32 @@ COMPACT_MIN_DEAD: Final = 4096
 BLOCK: Final = 64
 
 _NO_IDS: Final = np.zeros(0, dtype=np.int64)
+# MaxScore pruning of BM25 (``_AgentIndex._pruned_top``) once a query's postings exceed this many.
+PRUNE_MIN_POSTINGS: Final = 200_000
+# Its first guess of the essential terms: the rarest ones, holding at most this many postings.
+PRUNE_FIRST_CANDIDATES: Final = 2_048
+# It gives up (scores everything) when the essential terms hold more postings than this.
+PRUNE_MAX_CANDIDATES: Final = 32_768
+# A term held by at least 1/DENSE_FRACTION of an agent's slots (once it has DENSE_MIN_ROWS)
+# also gets a per-slot tf table, so pruning reads it at the candidates without a search.
+DENSE_FRACTION: Final = 32
+DENSE_MIN_ROWS: Final = 50_000
+DENSE_MAX_TERMS: Final = 64
+
+
+class _Term(NamedTuple):
+    """One query token that some row holds: its postings (views) and its idf."""
+
+    name: str
+    slots: np.ndarray  # ascending
+    tf: np.ndarray
+    idf: float
+    dense: np.ndarray | None  # per-slot tf, for a common term (``_AgentIndex._dense_of``)
+
+
+def _below(bound: float, kth: float) -> bool:
+    """``bound < kth`` with room for the rounding of a float sum of up to a few dozen terms."""
+    return bound * (1.0 + 1e-9) < kth
 
 
 def _idf(n_live: int, df: int) -> float:
@@ -98,9 +125,11 @@ class _AgentIndex:
         self.buckets: Counter[tuple[str, str]] = Counter()  # live rows per (project, channel)
         self.dead = 0
         self.total_len = 0
-        self.post: dict[str, array] = {}  # term -> interleaved (slot, tf)
+        self.post: dict[str, tuple[array, array]] = {}  # term -> (ascending slots, term frequencies)
         self.df: dict[str, int] = {}  # term -> live rows holding it
         self.kw = _WordIndex()
+        self.dense: dict[str, np.ndarray] = {}  # common term -> per-slot tf (``_dense_of``)
+        self.peak: dict[str, tuple[int, int]] = {}  # a tabled term's (max tf, min row length)
 
     # -- writes -------------------------------------------------------------------------
 
@@ -119,6 +148,7 @@ class _AgentIndex:
             cap = slot * 2
             self.seq, self.dlen = _grow(self.seq, cap), _grow(self.dlen, cap)
             self.proj, self.chan, self.alive = _grow(self.proj, cap), _grow(self.chan, cap), _grow(self.alive, cap)
+            self.dense = {t: _grow(a, cap) for t, a in self.dense.items()}
         norm = normalize(text)
         toks = tokens_of_normalized(norm)
         self.n = slot + 1
@@ -133,13 +163,27 @@ class _AgentIndex:
         self.buckets[(project, channel)] += 1
         self.total_len += len(toks)
         post, df = self.post, self.df
-        for t, c in Counter(toks).items():
-            a = post.get(t)
-            if a is None:
-                a = post[intern(t)] = array("i")  # interned: the keyword grams share the string
-            a.append(slot)
-            a.append(c)
-            df[t] = df.get(t, 0) + 1
+        counts = Counter(toks)
+        for t, c in counts.items():
+            p = post.get(t)
+            if p is None:
+                p = post[intern(t)] = (array("i"), array("i"))  # interned: the keyword grams share the string
+                df[t] = 1
+            else:
+                df[t] += 1
+            sa, ta = p
+            sa.append(slot)
+            ta.append(c)
+        if self.dense:
+            for t, c in counts.items():
+                table = self.dense.get(t)
+                if table is not None:
+                    if c > np.iinfo(np.uint16).max:
+                        del self.dense[t], self.peak[t]  # back to binary search for this term
+                    else:
+                        table[slot] = c
+                        tf_max, dl_min = self.peak[t]
+                        self.peak[t] = (max(tf_max, c), min(dl_min, len(toks)))
         self.kw.add(slot, dict.fromkeys(norm.split()))
 
     def remove(self, ref: str) -> None:
@@ -164,6 +208,8 @@ class _AgentIndex:
             else:  # every posting of t is dead now: free them
                 del self.df[t]
                 del self.post[t]
+                self.dense.pop(t, None)
+                self.peak.pop(t, None)
         if self.dead >= COMPACT_MIN_DEAD and self.dead > len(self.slot_of):
             self.compact()
 
@@ -202,6 +248,7 @@ class _AgentIndex:
         if n_words > self.REBUILD_MIN_WORDS and 2 * int(np.count_nonzero(per_word)) < n_words:
             self.rebuild()
             return
+        self.dense, self.peak = {}, {}  # slots are renumbered: the tables are made again when asked
         remap = np.full(n, -1, dtype=np.int32)
         remap[live] = np.arange(m, dtype=np.int32)
         cap = max(16, m)
@@ -217,13 +264,14 @@ class _AgentIndex:
         self.n, self.dead = m, 0
         alive = np.zeros(n, dtype=bool)
         alive[live] = True
-        for t, a in self.post.items():
-            pairs = np.frombuffer(a, dtype=np.int32).reshape(-1, 2)
-            pairs = pairs[alive[pairs[:, 0]]]  # a copy: no view of ``a`` survives
-            pairs[:, 0] = remap[pairs[:, 0]]
-            fresh = array("i")
-            fresh.frombytes(pairs.tobytes())
-            self.post[t] = fresh
+        for t, (sa, ta) in self.post.items():
+            slots = np.frombuffer(sa, dtype=np.int32)
+            keep_t = alive[slots]
+            fresh_s, fresh_t = array("i"), array("i")
+            fresh_s.frombytes(remap[slots[keep_t]].tobytes())  # copies: no view of ``sa`` survives
+            fresh_t.frombytes(np.frombuffer(ta, dtype=np.int32)[keep_t].tobytes())
+            del slots
+            self.post[t] = (fresh_s, fresh_t)
         kw.flat = remap[kw.flat[keep]]
         ptr = np.zeros(n_words + 1, dtype=np.int64)
         np.cumsum(per_word, out=ptr[1:])
@@ -242,6 +290,17 @@ class _AgentIndex:
         if scope.channel:
             c = self.chan[:n]
             ok[:n] &= (c == self.codes.get(scope.channel, -1)) | (c == self.codes.get("", -1))
+        return ok
+
+    def _valid_at(self, scope: ScopeFilter, slots: np.ndarray) -> np.ndarray:
+        """``_valid`` at the given slots only."""
+        ok = self.alive[slots]
+        if scope.project_id is not None:
+            p = self.proj[slots]
+            ok &= (p == self.codes.get(scope.project_id, -1)) | (p == self.codes.get("", -1))
+        if scope.channel:
+            c = self.chan[slots]
+            ok &= (c == self.codes.get(scope.channel, -1)) | (c == self.codes.get("", -1))
         return ok
 
     def _top(self, key: np.ndarray, k: int) -> np.ndarray:
@@ -269,44 +328,168 @@ class _AgentIndex:
         the summed idf of the distinct query tokens it holds over that of every query token some
         live row holds (a token no row holds is evidence for no row, so it does not count).
         Unlike the score it ignores term frequency and row length, so a long memory holding the
-        query's one rare term has as large a share as a short one."""
+        query's one rare term has as large a share as a short one.
+
+        Exact top-k with MaxScore pruning (``_pruned_top``) when the query's postings are long:
+        the answer, scores included to the last bit, is the exhaustive one."""
         n_live = len(self.slot_of)
         if not n_live or not self.total_len:
             return []
-        slope = K1 * B / (self.total_len / n_live)
-        floor = K1 * (1.0 - B)
-        slots, contribs, idfs = [], [], []
+        terms: list[_Term] = []
         for t in qtoks:
             d = self.df.get(t)
-            if not d:
-                continue
-            pairs = np.frombuffer(self.post[t], dtype=np.int32).reshape(-1, 2)
-            s = pairs[:, 0].copy()
-            tf = pairs[:, 1].astype(np.float64)
-            del pairs  # no view of the array('i') outlives this line: appends may resize it
-            idf = _idf(n_live, d)
-            idfs.append(idf)
-            # idf * (k1 + 1) * tf / (tf + k1 * (1 - b + b * dl / avgdl)), in place
-            den = self.dlen[s]
-            den *= slope
-            den += floor
-            den += tf
-            np.divide(tf, den, out=den)
-            den *= idf * (K1 + 1.0)
-            slots.append(s)
-            contribs.append(den)
-        if not slots:
+            if d:
+                sa, ta = self.post[t]
+                # Views into the array('i'): none outlives this call (an append may resize them).
+                slots, tf = np.frombuffer(sa, dtype=np.int32), np.frombuffer(ta, dtype=np.int32)
+                terms.append(_Term(t, slots, tf, _idf(n_live, d), None))
+        if not terms:
             return []
+        slope = K1 * B / (self.total_len / n_live)
+        found = None
+        if sum(t.slots.shape[0] for t in terms) > PRUNE_MIN_POSTINGS:
+            terms = [t._replace(dense=self._dense_of(t.name, t.slots, t.tf)) for t in terms]
+            found = self._pruned_top(scope, terms, k, slope)
+        if found is None:
+            top, values = self._exhaustive_top(scope, terms, k, slope)
+        else:
+            top, values = found
+        shares = _held_share([t.slots for t in terms], [t.idf for t in terms], top)
+        return [(self.refs[i], v, sh) for i, v, sh in zip(top.tolist(), values.tolist(), shares.tolist(), strict=True)]
+
+    def _contribution(self, slots: np.ndarray, tf: np.ndarray, idf: float, slope: float) -> np.ndarray:
+        """idf * (k1 + 1) * tf / (tf + k1 * (1 - b + b * dl / avgdl)) per slot, in place. Both
+        top-k paths compute every term's contribution here, with the same operations in the
+        same order, so their scores are equal to the last bit."""
+        tf64 = tf.astype(np.float64)
+        den = self.dlen[slots]
+        den *= slope
+        den += K1 * (1.0 - B)
+        den += tf64
+        np.divide(tf64, den, out=den)
+        den *= idf * (K1 + 1.0)
+        return den
+
+    def _exhaustive_top(
+        self, scope: ScopeFilter, terms: list[_Term], k: int, slope: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Score every slot any query term holds: (top slots, their scores)."""
+        contribs = [self._contribution(t.slots, t.tf, t.idf, slope) for t in terms]
         # bincount adds in input order, so each row's score is summed term by term in query order.
         size = -(-self.n // BLOCK) * BLOCK
-        scores = np.bincount(np.concatenate(slots), weights=np.concatenate(contribs), minlength=size)
+        scores = np.bincount(np.concatenate([t.slots for t in terms]), weights=np.concatenate(contribs), minlength=size)
         scores *= self._valid(scope, size)
         top = self._top(scores, k)
-        shares = _held_share(slots, idfs, top)
-        return [
-            (self.refs[i], float(v), sh)
-            for i, v, sh in zip(top.tolist(), scores[top].tolist(), shares.tolist(), strict=True)
-        ]
+        return top, scores[top]
+
+    def _pruned_top(
+        self, scope: ScopeFilter, terms: list[_Term], k: int, slope: float
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """MaxScore (Turtle & Flood): the exact top-k while scoring only the rows that hold one
+        of the query's rarer terms, or None when that cannot be shown (then score everything).
+
+        Each term adds at most ``_bound`` to a row's score. Split the terms, rarest first, into
+        the *essential* ones and the rest: a row holding none of the essential terms scores at
+        most the sum of the rest's bounds. Once ``k`` rows holding an essential term score above
+        that sum, no other row can enter the top ``k``, so only those candidates are scored
+        (each by every term, summed in query order as the exhaustive path sums). A first pass
+        with the rarest terms gives a k-th score; the second, if needed, takes as many terms as
+        that score requires, and succeeds by construction (more candidates, higher k-th score).
+
+        Measured on the 1M-row recall benchmark corpus (docs/recall-latency.md): BM25's p50
+        halves; long queries of mid-frequency words (many terms with large bounds) still fall
+        back to scoring everything, so the tail does not move. Below ``PRUNE_MIN_POSTINGS`` the
+        exhaustive pass is already cheap and is what runs."""
+        if len(terms) < 2:
+            return None
+        order = sorted(range(len(terms)), key=lambda i: terms[i].slots.shape[0])
+        bounds = [self._bound(terms[i], slope) for i in order]
+        # rest[j]: the bound on what terms order[j:] can add to a row holding none of order[:j]
+        rest = [0.0] * (len(order) + 1)
+        for j in range(len(order) - 1, -1, -1):
+            rest[j] = rest[j + 1] + bounds[j]
+        # First guess: the rarest terms, up to a modest candidate count.
+        essential, held = 0, 0
+        while essential < len(order) - 1 and (
+            essential == 0 or held + terms[order[essential]].slots.shape[0] <= PRUNE_FIRST_CANDIDATES
+        ):
+            held += terms[order[essential]].slots.shape[0]
+            essential += 1
+        for _ in range(2):
+            cand, values = self._score_candidates(scope, terms, [order[j] for j in range(essential)], slope)
+            positive = np.flatnonzero(values > 0)
+            if positive.shape[0] < k:
+                return None
+            kth = float(np.partition(values[positive], positive.shape[0] - k)[positive.shape[0] - k])
+            if _below(rest[essential], kth):
+                top = positive[np.lexsort((-self.seq[cand[positive]], -values[positive]))[:k]]
+                return cand[top], values[top]
+            # The k-th best only grows as candidates are added: with this many essential terms
+            # the condition holds at the next pass by construction.
+            essential = next(j for j in range(len(order) + 1) if _below(rest[j], kth))
+            if essential >= len(order) or sum(terms[order[j]].slots.shape[0] for j in range(essential)) > (
+                PRUNE_MAX_CANDIDATES
+            ):
+                return None  # about as costly as scoring everything
+        return None
+
+    def _bound(self, t: _Term, slope: float) -> float:
+        """Above the most ``t`` adds to any row's score: its contribution grows with tf and
+        shrinks with row length, so it is at most that of (max tf, min row length) over its
+        postings (dead ones included, which only loosens it). Kept for a tabled term; read off
+        the postings for another (a pass over at most 1/DENSE_FRACTION of the slots)."""
+        peak = self.peak.get(t.name) if t.dense is not None else None
+        tf_max, dl_min = peak if peak is not None else (int(t.tf.max()), int(self.dlen[t.slots].min()))
+        return t.idf * (K1 + 1.0) * tf_max / (tf_max + K1 * (1.0 - B) + slope * dl_min)
+
+    def _score_candidates(
+        self, scope: ScopeFilter, terms: list[_Term], essential: list[int], slope: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(ascending candidate slots, their scores with invalid rows at 0): the candidates are
+        the slots of the ``essential`` terms; every term's contribution to them is summed in
+        query order. A common term is read at the candidates from its per-slot table (one
+        gather per candidate); another term by binary search of the candidates in its postings."""
+        chosen = set(essential)
+        cand = np.concatenate([terms[i].slots for i in essential])
+        cand.sort()
+        if cand.shape[0] > 1:
+            cand = cand[np.concatenate(([True], cand[1:] != cand[:-1]))]
+        at, weights = [], []
+        for i, t in enumerate(terms):
+            if i in chosen:
+                pos = np.searchsorted(cand, t.slots)
+                slots, tf = t.slots, t.tf
+            elif t.dense is not None:
+                tf_at = t.dense[cand]
+                pos = np.flatnonzero(tf_at)
+                slots, tf = cand[pos], tf_at[pos]
+            else:
+                where = np.minimum(np.searchsorted(t.slots, cand), t.slots.shape[0] - 1)
+                hit = t.slots[where] == cand
+                pos = np.flatnonzero(hit)
+                slots, tf = cand[hit], t.tf[where[hit]]
+            at.append(pos)
+            weights.append(self._contribution(slots, tf, t.idf, slope))
+        values = np.bincount(np.concatenate(at), weights=np.concatenate(weights), minlength=cand.shape[0])
+        values *= self._valid_at(scope, cand)
+        return cand, values
+
+    def _dense_of(self, term: str, slots: np.ndarray, tf: np.ndarray) -> np.ndarray | None:
+        """The term's per-slot term frequencies (0 where absent), kept up to date by ``add``
+        once made; made here for a term that many rows hold, in a large agent, and at most
+        ``DENSE_MAX_TERMS`` per agent (~2 bytes per slot each)."""
+        table = self.dense.get(term)
+        if table is not None:
+            return table
+        if self.n < DENSE_MIN_ROWS or slots.shape[0] * DENSE_FRACTION < self.n or len(self.dense) >= DENSE_MAX_TERMS:
+            return None
+        if int(tf.max()) > np.iinfo(np.uint16).max:
+            return None
+        table = np.zeros(self.seq.shape[0], dtype=np.uint16)
+        table[slots] = tf
+        self.dense[term] = table
+        self.peak[term] = (int(tf.max()), int(self.dlen[slots].min()))
+        return table
 
     def keyword(self, scope: ScopeFilter, terms: list[str], k: int) -> list[tuple[str, float, float]]:
         """``[(ref, matched term count, share)]``: ``share`` is the summed idf (from each term's
