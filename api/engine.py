@@ -168,6 +168,12 @@ class Engine:
     def embedder(self) -> Embedder:
         return self.embedders.default
 
+    @property
+    def applied_offset(self) -> int:
+        """The last event the read models include (read it inside ``read``: the state the
+        rows show). A Kafka worker's engine says the same of its partition."""
+        return self.runner.offset
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         await self.bus.start()

@@ -23,7 +23,8 @@ partition log (``api/kafka_partition_log.py``: one more consumer, one read at a 
 deadlines), which ``NodeEngine.log`` exposes for the call's partition under the names the
 tools use, and ``as_of`` reads through views folded from the events topic up to the point
 (``api/kafka_point_in_time.py``). Offsets in those answers are the partition's own.
-``check_health`` is the router's to answer. A re-embed runs on the worker of each partition it
+``check_health`` and the file transfers are the router's to answer (the transfers' per-partition
+parts are internal routes here: api/kafka_transfer.py). A re-embed runs on the worker of each partition it
 covers, over that partition's agents (the router starts and reports it per partition).
 
 Each node announces which partitions it owns, and at which URL, on the compacted owners topic;
@@ -56,12 +57,13 @@ from memstream.api.kafka_checkpoints import checkpoint_dir
 from memstream.api.kafka_partition_log import KafkaPartitionLog
 from memstream.api.kafka_point_in_time import KafkaPointInTime
 from memstream.api.kafka_routing import PARTITION_HEADER, route_partition
+from memstream.api.kafka_transfer import TRANSFER_TOOLS, transfer_routes
 from memstream.api.point_in_time import View
 from memstream.api.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
 from memstream.api.tools.registry import Caller
 from memstream.streams.commands import Command
-from memstream.streams.decision import Limits
+from memstream.streams.decision import DecisionState, Limits
 from memstream.streams.embedding import Embedder
 from memstream.streams.events import AuditRecord, Embedding, decode
 from memstream.streams.kafka_bus import KafkaCommandBus
@@ -75,11 +77,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Tools a worker does not answer: the deployment's health is the router's (it never forwards
-# check_health); the file transfers (export, import and merge read and write files of one
-# process and span agents of several partitions) are not built for Kafka mode yet: refused
-# clearly rather than answered for one partition.
-NOT_IN_KAFKA_MODE = frozenset({"check_health", "export_memories", "import_memories", "merge_memories"})
+# Tools a worker does not answer, because the router answers them itself and never forwards
+# them: the deployment's health, and the file transfers (export, import and merge use the
+# router's files and span partitions; the router asks the workers for their parts over the
+# routes of api/kafka_transfer.py). Asked directly, a worker says so rather than answer for
+# its own partitions only.
+ROUTER_TOOLS = frozenset({"check_health"}) | TRANSFER_TOOLS
 CATCH_UP_DEADLINE_S = 30.0
 
 
@@ -165,6 +168,31 @@ class NodeEngine:
     def embedder(self) -> Embedder:
         return self.embedders.default
 
+    @property
+    def applied_offset(self) -> int:
+        """The last event of the partition its read models include (read inside ``read``)."""
+        return self.models.offset
+
+    @property
+    def state(self) -> DecisionState | None:
+        """The decider's state of this partition when this worker decides it and has folded
+        it (else None): what an import asks to tell a command id decided already (as it asks
+        the embedded bus's ``state``; ``bus`` is this engine). ``decisions`` folds it first."""
+        decider = self.node.decider
+        if decider is None or not decider.owns(self.models.partition):
+            return None
+        return decider.states.get(self.models.partition)
+
+    async def decisions(self) -> DecisionState | None:
+        """``state``, folded from the topics now if the decider has not folded it yet."""
+        decider = self.node.decider
+        return None if decider is None else await decider.state_of(self.models.partition)
+
+    async def agent_model(self, agent_id: str) -> str | None:
+        """The model of an agent's vectors, from the partition's read models once they include
+        every write this worker acknowledged (the embedded engine's is a synchronous read)."""
+        return await self.read(lambda: self.vectors.model_of(agent_id))  # type: ignore[attr-defined,no-any-return]
+
     def embedder_for(self, model: str | None) -> Embedder:
         return self.embedders.embedder_for(model)
 
@@ -172,7 +200,7 @@ class NodeEngine:
         self, texts: Sequence[str], *, agent_id: str | None = None, model: str | None = None
     ) -> list[Embedding | None]:
         if agent_id is not None and model is None and self.embedders.enabled:
-            model = await self.read(lambda: self.vectors.model_of(agent_id))  # type: ignore[attr-defined]
+            model = await self.agent_model(agent_id)
         return await self.embedders.embed(texts, model)
 
     def superseded_providers(self) -> list[Any]:
@@ -387,9 +415,8 @@ def node_app(node: Node) -> Starlette:
             args = orjson.loads(await request.body() or b"{}")
         except orjson.JSONDecodeError as exc:
             return json_response(failure(f"invalid JSON body: {exc}"), 400)
-        if name in NOT_IN_KAFKA_MODE:
-            why = "is the router's to answer" if name == "check_health" else "is not available in Kafka mode yet"
-            return json_response(failure(f"{name} {why}"), 501)
+        if name in ROUTER_TOOLS:
+            return json_response(failure(f"{name} is the router's to answer (memstream serve --kafka)"), 501)
         hint = request.headers.get(PARTITION_HEADER, "")
         engine = node.engine_for_call(args, int(hint) if hint.isdigit() else None)
         if engine is None:
@@ -429,6 +456,7 @@ def node_app(node: Node) -> Starlette:
         Route("/health", health),
         Route("/digests", digests),
         owner_route(node),  # record owners, for the routers' grant checks (api/kafka_acl.py)
+        *transfer_routes(node),  # the workers' parts of export / import / merge (api/kafka_transfer.py)
     ]
     app = Starlette(routes=routes)
     guard_worker(app, node.settings)  # MEMSTREAM_WORKER_TOKEN: only routers get an answer

@@ -36,6 +36,7 @@ from memstream.api.auth import BearerAuth
 from memstream.api.http_app import TOOL_ROUTES, caller_of, json_response
 from memstream.api.kafka_acl import OWNER_PATH, RouterGate, worker_headers
 from memstream.api.kafka_routing import PARTITION_HEADER, route_partition
+from memstream.api.kafka_transfer import TRANSFER_TOOLS, KafkaTransfers
 from memstream.api.settings import Settings
 from memstream.api.tools.dispatch import failure, validated
 from memstream.api.tools.reads import LIST_CAP
@@ -118,10 +119,12 @@ class Router:
     ) -> None:
         self.cfg = cfg
         self.deadline_s = deadline_s
+        self.settings = settings
         self.owners = Owners(cfg)
         self._worker_headers = worker_headers(settings)
         self._session: aiohttp.ClientSession | None = None
         self.gate = RouterGate(acl, self) if acl is not None else None
+        self.transfers = KafkaTransfers(self)  # export / import / merge (api/kafka_transfer.py)
 
     @property
     def client(self) -> aiohttp.ClientSession:
@@ -142,6 +145,7 @@ class Router:
             await self.gate.start()
 
     async def close(self) -> None:
+        await self.transfers.close()
         if self.gate is not None:
             await self.gate.close()
         await self.owners.close()
@@ -220,6 +224,9 @@ class Router:
         if name == "check_health":  # the deployment's health is the router's to tell, not one worker's
             verdict = await self.health()
             return (503 if verdict["status"] == "unhealthy" else 200), orjson.dumps(verdict)
+        if name in TRANSFER_TOOLS:  # they span partitions and write the router's files
+            client, session = headers.get("x-client-id") or "anonymous", headers.get("x-session-id") or ""
+            return await self.transfers.answer(name, args, caller or Caller(client_id=client, session_id=session))
         if name == "recall_fleet" and validated(name, args) is not None:
             return await self.fleet(args, headers)
         if name in EVERY_AGENT_LISTINGS and isinstance(args, dict) and not args.get("agent_id"):
@@ -229,7 +236,7 @@ class Router:
         every_agent = isinstance(args, dict) and not args.get("agent_id")
         if name in REEMBED_TOOLS and every_agent and validated(name, args) is not None:
             return await self.reembed_everywhere(name, body, headers)
-        return await self._post(route_partition(args, self.cfg.partitions), f"/v1/tools/{name}", body, headers)
+        return await self.post(route_partition(args, self.cfg.partitions), f"/v1/tools/{name}", body, headers)
 
     async def every_partition(self, name: str, args: Any, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         """A listing of every agent (``list_memories`` / ``list_episodes`` without an agent).
@@ -259,7 +266,7 @@ class Router:
         return list(
             await asyncio.gather(
                 *(
-                    self._post(p, f"/v1/tools/{name}", body, {**headers, PARTITION_HEADER: str(p)})
+                    self.post(p, f"/v1/tools/{name}", body, {**headers, PARTITION_HEADER: str(p)})
                     for p in range(self.cfg.partitions)
                 )
             )
@@ -289,7 +296,7 @@ class Router:
         for agent in dict.fromkeys(args["agent_ids"]):
             one = {**args, "agent_ids": [agent]}
             partition = route_partition(one, self.cfg.partitions)
-            status, content = await self._post(partition, "/v1/tools/recall_fleet", orjson.dumps(one), headers)
+            status, content = await self.post(partition, "/v1/tools/recall_fleet", orjson.dumps(one), headers)
             body = orjson.loads(content)
             if status != 200 or not isinstance(body, dict) or not isinstance(body.get("results"), list):
                 return status, content
@@ -302,21 +309,25 @@ class Router:
         if ident <= 0:
             return None
         ref = orjson.dumps({"ref": f"{kind}:{ident}"})
-        status, content = await self._post((ident - 1) % self.cfg.partitions, OWNER_PATH, ref, JSON_HEADERS)
+        status, content = await self.post((ident - 1) % self.cfg.partitions, OWNER_PATH, ref, JSON_HEADERS)
         if status != 200:
             raise LogUnavailable(f"no worker named the owner of {kind}:{ident} (HTTP {status})")
         owner = orjson.loads(content)["owner"]
         return None if owner is None else str(owner)
 
-    async def _post(self, partition: int, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
-        """POST to the owner of ``partition``, following ownership changes until the deadline."""
+    async def post(
+        self, partition: int, path: str, body: bytes, headers: dict[str, str], *, timeout_s: float | None = None
+    ) -> tuple[int, bytes]:
+        """POST to the owner of ``partition``, following ownership changes until the deadline.
+        ``timeout_s``: this request's own limit, for the long ones (a file transfer's parts)."""
         end = time.monotonic() + self.deadline_s
         why = "no worker has announced this partition yet"
+        timeout = None if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s, sock_connect=2.0)
         while time.monotonic() < end:
             url = self.owners.urls.get(partition)
             if url is not None:
                 try:
-                    async with self.client.post(f"{url}{path}", data=body, headers=headers) as r:
+                    async with self.client.post(f"{url}{path}", data=body, headers=headers, timeout=timeout) as r:
                         status, content = r.status, await r.read()
                 except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                     why = f"owner {url} unreachable: {type(exc).__name__}"  # gone: wait for the next one

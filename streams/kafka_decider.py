@@ -136,6 +136,21 @@ class KafkaDecider:
     def owns(self, partition: int) -> bool:
         return self.failure is None and partition in self.owned
 
+    async def state_of(self, partition: int) -> DecisionState | None:
+        """The decision state of an owned partition (None if not owned), folded now when the
+        decider has none yet: after an assignment it folds a partition at its first command,
+        and a reader that asks what was decided (an import's dry run: was this command id
+        decided already?) must not be told "nothing" meanwhile."""
+        async with self._lock:
+            if not self.owns(partition):
+                return None
+            if not self.kafka.started:
+                await self.kafka.start()
+            state = self.states.get(partition)
+            if state is None:
+                state = self.states[partition] = await fold_partition(self.kafka, partition)
+            return state
+
     async def submit_local(self, partition: int, item: Command | AuditRecord) -> Committed:
         """Decide a command of an owned partition in-process (see the module docstring).
 

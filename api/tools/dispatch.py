@@ -12,7 +12,7 @@ from memstream.api.acl import WILDCARD, AclConfig, authorize, denial
 from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED
 from memstream.api.logging_setup import log_call
 from memstream.api.metrics import FACE
-from memstream.api.tools.registry import REGISTRY, Caller, Tool, ToolArgs
+from memstream.api.tools.registry import REGISTRY, Caller, Handler, Tool, ToolArgs
 from memstream.streams.embedding import EmbeddingError
 from memstream.streams.events import Actor, AuditRecord, Scope, new_id, utcnow
 from memstream.streams.log import LogUnavailable
@@ -46,14 +46,20 @@ async def dispatch(engine: Any, caller: Caller, name: str, raw: Any) -> dict[str
     return body
 
 
-async def run_tool(engine: Any, caller: Caller, name: str, raw: Any) -> tuple[dict[str, Any], str | None]:
+async def run_tool(
+    engine: Any, caller: Caller, name: str, raw: Any, *, handler: Handler | None = None
+) -> tuple[dict[str, Any], str | None]:
     """``dispatch`` plus a failure code for faces that have statuses: invalid, unknown_tool,
     not_found, locked, conflict, too_large, log_unavailable, embedding_unavailable, internal.
+
+    ``handler`` replaces the tool's own, for a face that answers a tool itself over another
+    engine (Kafka mode's router runs the file transfers across workers, api/kafka_transfer.py):
+    the arguments are validated, refusals audited and failures shaped exactly the same.
 
     Every call is measured (``api/metrics.py``) and logged (``api/logging_setup.py``): tool,
     face, client, agent, duration and outcome, never the arguments' content."""
     started = time.perf_counter()
-    body, code = await _run_tool(engine, caller, name, raw)
+    body, code = await _run_tool(engine, caller, name, raw, handler)
     seconds = time.perf_counter() - started
     tool = REGISTRY.get(name)
     label = name if tool is not None else "unknown"  # unknown names must not grow the label set
@@ -76,7 +82,9 @@ def _agent_of(raw: Any) -> str | None:
     return None
 
 
-async def _run_tool(engine: Any, caller: Caller, name: str, raw: Any) -> tuple[dict[str, Any], str | None]:
+async def _run_tool(
+    engine: Any, caller: Caller, name: str, raw: Any, handler: Handler | None = None
+) -> tuple[dict[str, Any], str | None]:
     tool = REGISTRY.get(name)
     if tool is None:
         await _audit(engine, caller, name[:100], raw, "unknown tool")
@@ -104,7 +112,7 @@ async def _run_tool(engine: Any, caller: Caller, name: str, raw: Any) -> tuple[d
     REFUSAL_AUDITED.set(False)
     FAILURE_CODE.set(None)
     try:
-        body = await tool.handler(engine, caller, args)
+        body = await (handler or tool.handler)(engine, caller, args)
     except LogUnavailable as exc:
         log.error("tool %s: log unavailable: %s", name, exc)
         return failure(f"log_unavailable: {exc}"), "log_unavailable"

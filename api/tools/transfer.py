@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import inspect
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -45,6 +46,7 @@ from memstream.api.tools.sanitize import (
 from memstream.api.views import history_entry
 from memstream.streams import commands as c
 from memstream.streams.events import Actor, Embedding, Scope, utcnow
+from memstream.streams.log import LogRecord, resolved
 
 FORMAT = "cpersona-export/1.1"
 CHUNK = 64  # records per embedding call and per burst of commands (the bus batches them)
@@ -94,7 +96,12 @@ def _vector_of(records: list[Any], model: str | None) -> tuple[str, bytes] | Non
 async def collect(
     engine: Any, agent_id: str, *, include_embeddings: bool, include_history: bool = True
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The header and every record of an agent ('' = every agent), as of one read."""
+    """The header and every record of an agent ('' = every agent), as of one read.
+
+    ``engine`` is the embedded engine or, in Kafka mode, a worker's engine of one partition
+    (api/kafka_node.py): there '' means every agent of that partition, the offsets (the
+    header's and the history's) are the partition's own, and the router joins the partitions'
+    answers (api/kafka_transfer.py)."""
 
     def query() -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
         mem, eps, prof = engine.memories, engine.episodes, engine.profiles
@@ -155,27 +162,52 @@ async def collect(
             for a in agents
             if a in prof.rows
         ]
-        return engine.runner.offset, memories, episodes, profiles
+        return engine.applied_offset, memories, episodes, profiles
 
     offset, memories, episodes, profiles = await engine.read(query)
+    loop = asyncio.get_running_loop()
 
-    def attach() -> None:
-        for chunk in _chunks(memories + episodes, 500):
-            offsets = sorted({o for r in chunk for o in r["_offsets"] if o <= offset})
-            by_offset = {rec.offset: rec for rec in engine.log.read_offsets(offsets)}
-            for r in chunk:
-                recs = [by_offset[o] for o in r.pop("_offsets") if o in by_offset]
-                model = r.pop("_model")
-                if include_history:
-                    r["history"] = [history_entry(rec) for rec in recs]
-                if include_embeddings:
-                    found = _vector_of(recs, model)
-                    if found is not None:
-                        r["embedding_b64"] = base64.b64encode(found[1]).decode("ascii")
-                        r["embedding_model"] = found[0]
+    def attach(chunk: list[dict[str, Any]], by_offset: dict[int, LogRecord]) -> None:
+        for r in chunk:
+            recs = [by_offset[o] for o in r.pop("_offsets") if o in by_offset]
+            model = r.pop("_model")
+            if include_history:
+                r["history"] = [history_entry(rec) for rec in recs]
+            if include_embeddings:
+                found = _vector_of(recs, model)
+                if found is not None:
+                    r["embedding_b64"] = base64.b64encode(found[1]).decode("ascii")
+                    r["embedding_model"] = found[0]
 
-    await asyncio.get_running_loop().run_in_executor(None, attach)
-    header = {
+    for chunk in _chunks(memories + episodes, 500):
+        offsets = sorted({o for r in chunk for o in r["_offsets"] if o <= offset})
+        by_offset = {rec.offset: rec for rec in await _records_at(engine, offsets)}
+        await loop.run_in_executor(None, attach, chunk, by_offset)
+    header = export_header(agent_id, memories, episodes, profiles, log_offset=offset)
+    return header, memories + episodes + profiles
+
+
+async def _records_at(engine: Any, offsets: list[int]) -> list[LogRecord]:
+    """The log records at ``offsets``: the embedded log reads its file (on a thread, as the
+    loop must not wait on the disk); a Kafka worker's partition log reads the topic."""
+    read = engine.log.read_offsets
+    if inspect.iscoroutinefunction(read):
+        return await resolved(read(offsets))
+    records: list[LogRecord] = await asyncio.get_running_loop().run_in_executor(None, read, offsets)
+    return records
+
+
+def export_header(
+    agent_id: str,
+    memories: list[dict[str, Any]],
+    episodes: list[dict[str, Any]],
+    profiles: list[dict[str, Any]],
+    **position: Any,
+) -> dict[str, Any]:
+    """A file's header: counts of the records it holds (``check_counts`` refuses a file cut
+    short by them) and ``position``, the point of the log the records show: ``log_offset``
+    on the embedded log, ``log_offsets`` per partition in Kafka mode."""
+    return {
         "_type": "header",
         "version": FORMAT,
         "agent_id": agent_id,
@@ -185,9 +217,8 @@ async def collect(
         "has_profile": bool(profiles),
         "profile_count": len(profiles),
         "producer": "memstream",
-        "log_offset": offset,
+        **position,
     }
-    return header, memories + episodes + profiles
 
 
 def _chunks(items: list[Any], n: int) -> Iterator[list[Any]]:
@@ -207,14 +238,16 @@ class ExportArgs(ToolArgs):
     include_embeddings: Flag = Field(default=False, description="Write each record's vector (base64 float32).")
 
 
-async def export_memories(engine: Any, caller: Caller, args: ExportArgs) -> dict[str, Any]:
-    path = confine(engine.settings, args.output_path)
-    if path is None:
-        return {
-            "ok": False,
-            "error": f"output_path rejected (path traversal or outside export dir): {args.output_path}",
-        }
-    header, records = await collect(engine, args.agent_id, include_embeddings=args.include_embeddings)
+def path_refusal(kind: str, raw: str) -> dict[str, Any]:
+    return {"ok": False, "error": f"{kind} rejected (path traversal or outside export dir): {raw}"}
+
+
+async def write_export(
+    raw_path: str, path: Path, header: dict[str, Any], records: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Write an export file at ``path`` (confined already) and answer as ``export_memories``.
+    The file appears whole or not at all: written to a temporary file beside it, synced, then
+    renamed over it, so a reader never sees a half-written export."""
 
     def write() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -224,7 +257,7 @@ async def export_memories(engine: Any, caller: Caller, args: ExportArgs) -> dict
                 f.writelines(dump_lines(header, records))
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)  # a reader never sees a half-written export
+            os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -232,14 +265,22 @@ async def export_memories(engine: Any, caller: Caller, args: ExportArgs) -> dict
     try:
         await asyncio.get_running_loop().run_in_executor(None, write)
     except OSError as exc:
-        return {"ok": False, "error": f"could not write {args.output_path}: {exc.strerror or exc}"}
+        return {"ok": False, "error": f"could not write {raw_path}: {exc.strerror or exc}"}
     return {
         "ok": True,
-        "path": args.output_path,
+        "path": raw_path,
         "memories": header["memory_count"],
         "episodes": header["episode_count"],
         "profiles": header["profile_count"],
     }
+
+
+async def export_memories(engine: Any, caller: Caller, args: ExportArgs) -> dict[str, Any]:
+    path = confine(engine.settings, args.output_path)
+    if path is None:
+        return path_refusal("output_path", args.output_path)
+    header, records = await collect(engine, args.agent_id, include_embeddings=args.include_embeddings)
+    return await write_export(args.output_path, path, header, records)
 
 
 # -- import ---------------------------------------------------------------------------------
@@ -266,6 +307,29 @@ class Tally:
         if self.errors:
             body["errors"] = self.errors[:100] + ([f"... and {len(self.errors) - 100} more"] * (len(self.errors) > 100))
         return body
+
+    def as_dict(self) -> dict[str, Any]:
+        """Everything counted, errors uncut: a part of an import run elsewhere (Kafka mode runs
+        each partition's records on its worker), for ``add`` to join into the whole."""
+        return {
+            "imported_memories": self.imported_memories,
+            "skipped_memories": self.skipped_memories,
+            "imported_episodes": self.imported_episodes,
+            "skipped_episodes": self.skipped_episodes,
+            "profile_updated": self.profile_updated,
+            "errors": list(self.errors),
+            "imported_refs": dict(self.imported_refs),
+        }
+
+    def add(self, part: dict[str, Any]) -> None:
+        """Join a part's ``as_dict`` into this tally."""
+        self.imported_memories += int(part["imported_memories"])
+        self.skipped_memories += int(part["skipped_memories"])
+        self.imported_episodes += int(part["imported_episodes"])
+        self.skipped_episodes += int(part["skipped_episodes"])
+        self.profile_updated = self.profile_updated or bool(part["profile_updated"])
+        self.errors.extend(str(e) for e in part["errors"])
+        self.imported_refs.update({str(k): int(v) for k, v in part["imported_refs"].items()})
 
 
 def parse_lines(raw: bytes) -> tuple[dict[str, Any] | None, list[tuple[int, dict[str, Any]]], list[str]]:
@@ -306,6 +370,37 @@ def check_counts(header: dict[str, Any] | None, records: list[tuple[int, dict[st
     return None
 
 
+IMPORTED_KINDS = ("memory", "episode", "profile")
+NOT_IMPORTED_KINDS = ("entity", "mention", "relation", "folder", "folder_member")
+
+
+def split_types(
+    records: list[tuple[int, dict[str, Any]]],
+) -> tuple[dict[str, list[tuple[int, dict[str, Any]]]], list[str]]:
+    """The records by kind (memory, episode, profile; each in file order), and an error for
+    each record of a kind memstream does not import."""
+    typed: dict[str, list[tuple[int, dict[str, Any]]]] = {kind: [] for kind in IMPORTED_KINDS}
+    errors = []
+    for n, rec in records:
+        kind = rec.get("_type")
+        if kind in typed:
+            typed[kind].append((n, rec))
+        elif kind in NOT_IMPORTED_KINDS:
+            errors.append(f"Line {n}: {kind} records are not imported by memstream (declare them again)")
+        else:
+            errors.append(f"Line {n}: unknown type {kind!r}")
+    return typed, errors
+
+
+def record_agent(rec: dict[str, Any], target: str) -> str:
+    """The agent a record lands in: ``target`` when given, else the record's own."""
+    aid = target or rec.get("agent_id")
+    if not isinstance(aid, str) or not aid or len(aid) > 256:
+        raise InputError("no agent: the record has no agent_id and no target_agent_id was given")
+    check_utf8(aid, "agent_id")
+    return aid
+
+
 class Importer:
     """Turns records into commands and submits them, CHUNK at a time."""
 
@@ -336,7 +431,7 @@ class Importer:
         """The model a vector from the file must have to be kept for agent ``aid``."""
         if aid not in self._models:
             eng = self.engine
-            model = eng.agent_model(aid)
+            model = await resolved(eng.agent_model(aid))  # a Kafka worker reads its read models
             if model is None and eng.embedders.enabled:
                 model = eng.embedder.model_id
             self._models[aid] = model
@@ -357,11 +452,7 @@ class Importer:
         return Embedding.from_vector(model, vec) if np.isfinite(vec).all() else False
 
     def agent_of(self, rec: dict[str, Any]) -> str:
-        aid = self.target or rec.get("agent_id")
-        if not isinstance(aid, str) or not aid or len(aid) > 256:
-            raise InputError("no agent: the record has no agent_id and no target_agent_id was given")
-        check_utf8(aid, "agent_id")
-        return aid
+        return record_agent(rec, self.target)
 
     def memory_command(self, rec: dict[str, Any]) -> tuple[c.StoreMemory, str]:
         s = self.engine.settings
@@ -440,19 +531,13 @@ class Importer:
     def _known(self, cmd: c.Command) -> bool:
         """Whether this command id was decided already (a dry run's guess at "skipped")."""
         state = getattr(self.engine.bus, "state", None)
-        return state is not None and cmd.command_id in state.agent(cmd.scope.agent_id).commands
+        agent = None if state is None else state.agents.get(cmd.scope.agent_id)  # a lookup adds no agent
+        return agent is not None and cmd.command_id in agent.commands
 
     async def run(self, records: list[tuple[int, dict[str, Any]]]) -> Tally:
         t = self.tally
-        typed: dict[str, list[tuple[int, dict[str, Any]]]] = {"memory": [], "episode": [], "profile": []}
-        for n, rec in records:
-            kind = rec.get("_type")
-            if kind in typed:
-                typed[kind].append((n, rec))
-            elif kind in ("entity", "mention", "relation", "folder", "folder_member"):
-                t.errors.append(f"Line {n}: {kind} records are not imported by memstream (declare them again)")
-            else:
-                t.errors.append(f"Line {n}: unknown type {kind!r}")
+        typed, errors = split_types(records)
+        t.errors.extend(errors)
         for chunk in _chunks(typed["memory"], CHUNK):
             await self._texts(chunk, self.memory_command, "memory")
         for chunk in _chunks(typed["episode"], CHUNK):
@@ -576,10 +661,9 @@ class ImportArgs(ToolArgs):
     )
 
 
-async def import_file(
-    engine: Any, caller: Caller, raw: bytes, *, target: str = "", dry_run: bool = False, session_key: str = ""
-) -> dict[str, Any]:
-    """Import the bytes of an export file (the tool and ``memstream import`` share this)."""
+def parse_export(raw: bytes, dry_run: bool) -> tuple[list[tuple[int, dict[str, Any]]], list[str]] | dict[str, Any]:
+    """The records of an export file and the errors of its unreadable lines, or the answer
+    refusing the file whole (not UTF-8; header counts that say it was cut short)."""
     try:
         header, records, errors = parse_lines(raw)
     except InputError as exc:
@@ -587,6 +671,17 @@ async def import_file(
     problem = check_counts(header, records)
     if problem:
         return {"ok": False, "error": f"import refused, nothing was written: {problem}", "dry_run": dry_run}
+    return records, errors
+
+
+async def import_file(
+    engine: Any, caller: Caller, raw: bytes, *, target: str = "", dry_run: bool = False, session_key: str = ""
+) -> dict[str, Any]:
+    """Import the bytes of an export file (the tool and ``memstream import`` share this)."""
+    parsed = parse_export(raw, dry_run)
+    if isinstance(parsed, dict):
+        return parsed
+    records, errors = parsed
     importer = Importer(engine, caller, target=target, namespace="import", session_key=session_key, dry_run=dry_run)
     importer.tally.errors.extend(errors)
     tally = await importer.run(records)
@@ -595,10 +690,12 @@ async def import_file(
     return body
 
 
-async def import_memories(engine: Any, caller: Caller, args: ImportArgs) -> dict[str, Any]:
-    path = confine(engine.settings, args.input_path)
+async def read_export(settings: Any, raw_path: str) -> bytes | dict[str, Any]:
+    """The bytes of the file ``raw_path`` names under the export directory, or the answer
+    refusing it (outside the directory, missing, unreadable, larger than MAX_IMPORT_BYTES)."""
+    path = confine(settings, raw_path)
     if path is None:
-        return {"ok": False, "error": f"input_path rejected (path traversal or outside export dir): {args.input_path}"}
+        return path_refusal("input_path", raw_path)
 
     def read() -> bytes:
         with open(path, "rb") as f:
@@ -607,11 +704,18 @@ async def import_memories(engine: Any, caller: Caller, args: ImportArgs) -> dict
     try:
         raw = await asyncio.get_running_loop().run_in_executor(None, read)
     except FileNotFoundError:
-        return {"ok": False, "error": f"File not found: {args.input_path}"}
+        return {"ok": False, "error": f"File not found: {raw_path}"}
     except OSError as exc:
-        return {"ok": False, "error": f"could not read {args.input_path}: {exc.strerror or exc}"}
+        return {"ok": False, "error": f"could not read {raw_path}: {exc.strerror or exc}"}
     if len(raw) > MAX_IMPORT_BYTES:
-        return {"ok": False, "error": f"input file exceeds {MAX_IMPORT_BYTES} bytes: {args.input_path}"}
+        return {"ok": False, "error": f"input file exceeds {MAX_IMPORT_BYTES} bytes: {raw_path}"}
+    return raw
+
+
+async def import_memories(engine: Any, caller: Caller, args: ImportArgs) -> dict[str, Any]:
+    raw = await read_export(engine.settings, args.input_path)
+    if isinstance(raw, dict):
+        return raw
     return await import_file(
         engine, caller, raw, target=args.target_agent_id, dry_run=args.dry_run, session_key=args.session_key
     )
@@ -632,34 +736,60 @@ class MergeArgs(ToolArgs):
     )
 
 
-async def merge_memories(engine: Any, caller: Caller, args: MergeArgs) -> dict[str, Any]:
-    """A saga of per-partition commands: stores into the target's partition, then (move)
-    deletes in the source's. Re-running a merge that stopped midway finishes it."""
+def merge_refusal(args: MergeArgs) -> dict[str, Any] | None:
+    """The answer refusing a merge before anything is read or written, if any."""
     if args.strategy != "skip":
         return {"ok": False, "error": f"Unsupported strategy '{args.strategy}'. Currently supported: 'skip'"}
     if args.mode not in ("copy", "move"):
         return {"ok": False, "error": f"Invalid mode '{args.mode}'. Supported: 'copy', 'move'"}
     if args.source_agent_id == args.target_agent_id:
         return {"ok": False, "error": "source_agent_id and target_agent_id must differ"}
-    _, records = await collect(engine, args.source_agent_id, include_embeddings=True, include_history=False)
-    namespace = f"merge:{command_seed(args.source_agent_id)[:16]}"
+    return None
+
+
+def merge_namespace(source: str) -> str:
+    """The command-id namespace of merges from ``source``: the same for copy and move, so a
+    move re-run after a copy (or after stopping midway) finds its stores done already."""
+    return f"merge:{command_seed(source)[:16]}"
+
+
+def merge_numbering(records: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """A source's records as a merge numbers them in its errors: memories and episodes by
+    position, the profile as 0."""
+    texts = [r for r in records if r["_type"] != "profile"]
+    return list(enumerate(texts)) + [(0, r) for r in records if r["_type"] == "profile"][:1]
+
+
+async def merge_into(
+    engine: Any,
+    caller: Caller,
+    records: list[tuple[int, dict[str, Any]]],
+    *,
+    source: str,
+    target: str,
+    session_key: str,
+    dry_run: bool,
+) -> tuple[Tally, bool]:
+    """The target's half of a merge (all of it, or one batch of it: the records of a batch
+    land in ``merge_numbering``'s order, so batches in order land as the whole would):
+    memories and episodes, then the source's profile unless the target has one ('skip': a
+    target's own profile is kept). The tally, and whether the profile was copied."""
     importer = Importer(
-        engine,
-        caller,
-        target=args.target_agent_id,
-        namespace=namespace,
-        session_key=args.session_key,
-        dry_run=args.dry_run,
+        engine, caller, target=target, namespace=merge_namespace(source), session_key=session_key, dry_run=dry_run
     )
-    had_profile = await engine.read(lambda: args.target_agent_id in engine.profiles.rows)
-    numbered = list(enumerate(r for r in records if r["_type"] != "profile"))
-    tally = await importer.run(numbered)
-    profiles = [r for r in records if r["_type"] == "profile"]
+    had_profile = await engine.read(lambda: target in engine.profiles.rows)
+    tally = await importer.run([(n, r) for n, r in records if r["_type"] != "profile"])
+    profiles = [(n, r) for n, r in records if r["_type"] == "profile"][:1]
     profile_copied = False
-    if profiles and not had_profile:  # 'skip': a target's own profile is kept
+    if profiles and not had_profile:
         tally.profile_updated = False
-        await importer.run([(0, profiles[0])])
+        await importer.run(profiles)
         profile_copied = tally.profile_updated
+    return tally, profile_copied
+
+
+def merge_answer(args: MergeArgs, tally: Tally, *, profile_copied: bool, source_profile: bool) -> dict[str, Any]:
+    """``merge_memories``' answer, before a move's deletions are added (CPersona's key order)."""
     body = tally.answer("merged")
     body.update(
         {
@@ -668,12 +798,42 @@ async def merge_memories(engine: Any, caller: Caller, args: MergeArgs) -> dict[s
             "strategy": args.strategy,
             "mode": args.mode,
             "profile_copied": profile_copied,
-            "skipped_profile": bool(profiles) and not profile_copied,
+            "skipped_profile": source_profile and not profile_copied,
         }
     )
-    body = {k: body[k] for k in _MERGE_ORDER if k in body} | body
+    return {k: body[k] for k in _MERGE_ORDER if k in body} | body
+
+
+async def merge_memories(engine: Any, caller: Caller, args: MergeArgs) -> dict[str, Any]:
+    """A saga of per-partition commands: stores into the target's partition, then (move)
+    deletes in the source's. Re-running a merge that stopped midway finishes it."""
+    refused = merge_refusal(args)
+    if refused is not None:
+        return refused
+    _, records = await collect(engine, args.source_agent_id, include_embeddings=True, include_history=False)
+    tally, profile_copied = await merge_into(
+        engine,
+        caller,
+        merge_numbering(records),
+        source=args.source_agent_id,
+        target=args.target_agent_id,
+        session_key=args.session_key,
+        dry_run=args.dry_run,
+    )
+    source_profile = any(r["_type"] == "profile" for r in records)
+    body = merge_answer(args, tally, profile_copied=profile_copied, source_profile=source_profile)
     if args.mode == "move" and not args.dry_run:
-        body.update(await _delete_moved(engine, caller, args, records, tally))
+        body.update(
+            await delete_moved(
+                engine,
+                caller,
+                moved_records(records),
+                tally.imported_refs,
+                source=args.source_agent_id,
+                target=args.target_agent_id,
+                session_key=args.session_key,
+            )
+        )
     return body
 
 
@@ -693,22 +853,40 @@ _MERGE_ORDER = (
 )
 
 
-async def _delete_moved(
-    engine: Any, caller: Caller, args: MergeArgs, records: list[dict[str, Any]], tally: Tally
+def moved_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What ``delete_moved`` needs of the source's records: kind, id and lock."""
+    return [
+        {"_type": r["_type"], "id": r.get("id"), "locked": r.get("locked", 0)}
+        for r in records
+        if r["_type"] in ("memory", "episode")
+    ]
+
+
+async def delete_moved(
+    engine: Any,
+    caller: Caller,
+    records: list[dict[str, Any]],
+    imported_refs: dict[str, int],
+    *,
+    source: str,
+    target: str,
+    session_key: str,
 ) -> dict[str, Any]:
-    """Delete at the source what the target now holds. Locked memories stay (W5: a lock
-    protects from deletion, whoever asks) and so does the profile (memstream has no
-    profile delete short of ``delete_agent_data``): both are reported in ``left_at_source``."""
-    src = args.source_agent_id
-    actor = Actor(client_id=caller.client_id, agent_id=src, session_id=args.session_key)
+    """Delete at the source what the target now holds (``imported_refs``: the source's refs
+    the target's import answered for, freshly or as a retry). Locked memories stay (W5: a
+    lock protects from deletion, whoever asks) and so does the profile (memstream has no
+    profile delete short of ``delete_agent_data``): both are reported in ``left_at_source``.
+    Each delete's command id is derived from the source, target and record, so a re-run
+    decides the deletes done already as retries."""
+    actor = Actor(client_id=caller.client_id, agent_id=source, session_id=session_key)
     commands: list[c.Command] = []
     for r in records:
         ref = f"{'mem' if r['_type'] == 'memory' else 'ep'}:{r.get('id')}"
-        if ref not in tally.imported_refs:
+        if ref not in imported_refs:
             continue
         env = {
-            "command_id": f"move:{command_seed(src, args.target_agent_id, ref)}",
-            "scope": Scope(agent_id=src),
+            "command_id": f"move:{command_seed(source, target, ref)}",
+            "scope": Scope(agent_id=source),
             "actor": actor,
             "received_at": utcnow(),
         }
@@ -724,15 +902,15 @@ async def _delete_moved(
 
     def left() -> dict[str, int]:
         return {
-            "memories": len(engine.memories.by_agent.get(src, {})),
-            "episodes": len(engine.episodes.by_agent.get(src, {})),
-            "profiles": int(src in engine.profiles.rows),
+            "memories": len(engine.memories.by_agent.get(source, {})),
+            "episodes": len(engine.episodes.by_agent.get(source, {})),
+            "profiles": int(source in engine.profiles.rows),
         }
 
     return {
         "source_deleted": {
             "ok": True,
-            "agent_id": src,
+            "agent_id": source,
             "deleted_memories": deleted["memories"],
             "deleted_profiles": 0,
             "deleted_episodes": deleted["episodes"],

@@ -358,6 +358,45 @@ async def test_admin_tools_need_the_admin_grant(as_client: Any, deployment: Depl
         await face.close()
 
 
+async def test_file_transfers_need_the_admin_grant(as_client: Any, deployment: Deployment) -> None:
+    """export / import / merge are answered by the router itself (api/kafka_transfer.py), after
+    the same grant check as every call: denied and audited without the admin grant; an admin's
+    calls work, the file under the router's export directory."""
+    kind = as_client.kind
+    name = f"acl-{kind}.jsonl"
+    calls = [
+        ("export_memories", {"agent_id": "alice", "output_path": name}),
+        ("import_memories", {"input_path": name, "target_agent_id": f"acl-import-{kind}"}),
+        ("merge_memories", {"source_agent_id": "alice", "target_agent_id": f"acl-merge-{kind}"}),
+    ]
+    await seed(deployment, "alice", unique("a memory to transfer"))
+    for client in ("rw-all-not-admin", "rw-alice"):
+        face = as_client(client)
+        try:
+            for tool, args in calls:
+                events, audit = await ends(deployment.cfg)
+                body = await face.call(tool, args)
+                assert_denied(body, tool, client)
+                assert body["required"] == "admin", body
+                events_after, audit_after = await ends(deployment.cfg)
+                assert events_after == events and sum(audit_after.values()) == sum(audit.values()) + 1
+        finally:
+            await face.close()
+    admin = as_client("admin")
+    try:
+        exported = await admin.call(*calls[0])
+        assert exported["ok"] is True and exported["memories"] >= 1, exported
+        lines = (deployment.root / "no-data" / "exports" / name).read_bytes().splitlines()
+        assert json.loads(lines[0])["memory_count"] == exported["memories"]
+        assert len(lines) == 1 + exported["memories"] + exported["episodes"] + exported["profiles"]
+        imported = await admin.call(*calls[1])
+        assert imported["ok"] is True and imported["imported_memories"] == exported["memories"], imported
+        merged = await admin.call(*calls[2])
+        assert merged["ok"] is True and merged["merged_memories"] >= exported["memories"], merged
+    finally:
+        await admin.close()
+
+
 # -- authentication ---------------------------------------------------------------------------------
 
 

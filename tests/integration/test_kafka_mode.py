@@ -6,6 +6,7 @@ once the partitions have moved), with nothing acknowledged lost."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -49,10 +50,12 @@ class Deployment:
         self.procs.append(proc)
         return proc
 
-    def router(self) -> None:
+    def router(self, **env: str) -> None:
+        """Start the router; ``env``: variables of its own (e.g. ``MEMSTREAM_EXPORT_DIR``)."""
         args = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", *self.kafka_args]
         args += ["--port", str(self.port)]
-        self.procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        environ = {**os.environ, **env} if env else None
+        self.procs.append(subprocess.Popen(args, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     @property
     def url(self) -> str:
