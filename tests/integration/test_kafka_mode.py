@@ -38,6 +38,7 @@ class Deployment:
     def __init__(self, cfg: KafkaConfig) -> None:
         self.cfg = cfg
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.workers: list[subprocess.Popen[bytes]] = []
         self.port = free_port()
         self.kafka_args = [
             "--kafka", cfg.bootstrap, "--prefix", cfg.prefix,
@@ -48,6 +49,7 @@ class Deployment:
         args = [sys.executable, str(PROCS / "kafka_worker.py"), *self.kafka_args, "--session-timeout", "6"]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(proc)
+        self.workers.append(proc)
         return proc
 
     def router(self, **env: str) -> None:
@@ -62,12 +64,18 @@ class Deployment:
         return f"http://127.0.0.1:{self.port}"
 
     async def ready(self, timeout_s: float = 90) -> None:
+        """Every partition has an owner, and every worker started here (still running) owns
+        some: workers started together join the group one after the other, and a test should
+        not race the rebalance the later one causes (a re-embed job whose partition moves
+        mid-job fails, as it should)."""
         async with asyncio.timeout(timeout_s), httpx.AsyncClient() as client:
             while True:
                 try:
                     r = await client.get(f"{self.url}/health")
                     if r.status_code == 200 and r.json()["partitions_with_owner"] == self.cfg.partitions:
-                        return
+                        workers = sum(w.poll() is None for w in self.workers)
+                        if r.json()["stats"]["workers_answering"] >= min(workers, self.cfg.partitions):
+                            return
                 except httpx.TransportError:
                     pass
                 await asyncio.sleep(0.2)
