@@ -19,6 +19,7 @@ import pytest
 from conftest import ServerThread
 from faces import HttpFace, McpFace
 
+from integration.answers import stable_without
 from integration.test_kafka_mode import Deployment
 from memstream.api.settings import Settings
 from memstream.streams.log import partition_for
@@ -44,17 +45,7 @@ TOPICS = ["harbour gate code", "green tea mornings", "billing database", "printe
 VOLATILE = {"at", "event_id", "timestamp", "created_at", "updated_at", "as_of", "elapsed_ms"}
 
 
-def stable(body: Any) -> Any:
-    """An answer without clock readings and random ids. Refused reads (which carry no command
-    id of the caller's) are audited under a command id the server draws."""
-    if isinstance(body, dict):
-        out = {k: stable(v) for k, v in body.items() if k not in VOLATILE}
-        if isinstance(out.get("command_id"), str) and not out["command_id"].startswith("cmd-"):
-            out["command_id"] = "<drawn>"
-        return out
-    if isinstance(body, list):
-        return [stable(v) for v in body]
-    return body
+stable = stable_without(VOLATILE)
 
 
 class Script:

@@ -24,6 +24,7 @@ import pytest
 from conftest import ServerThread
 from faces import HttpFace, McpFace
 
+from integration.answers import stable_without
 from integration.test_kafka_mode import Deployment
 from memstream.api.kafka_router import Owners
 from memstream.api.settings import Settings
@@ -61,17 +62,7 @@ def sharing(agent: str) -> str:
 AGENTS = ["ada", sharing("ada"), "bob", "cy"]
 
 
-def stable(body: Any) -> Any:
-    """An answer (or a file's record) without clock readings and random ids. Imported records'
-    command ids are derived from the records, clock readings included: they differ too."""
-    if isinstance(body, dict):
-        out = {k: stable(v) for k, v in body.items() if k not in VOLATILE}
-        if isinstance(out.get("command_id"), str) and not out["command_id"].startswith("cmd-"):
-            out["command_id"] = "<derived>"
-        return out
-    if isinstance(body, list):
-        return [stable(v) for v in body]
-    return body
+stable = stable_without(VOLATILE)
 
 
 class Writer:
