@@ -1027,7 +1027,8 @@ def _tokens(text: str) -> set[str]:
 def _judged(root: Path) -> tuple[set[str], set[str]]:
     """(relevant synset ids, query headwords) of an existing collection."""
     synset_ids = {d for rel in load_qrels(root / "qrels.tsv").values() for d in rel}
-    words = {r["headword"] for path in sorted(root.glob("queries*.jsonl")) for r in _read_jsonl(path) if "headword" in r}
+    records = [r for path in sorted(root.glob("queries*.jsonl")) for r in _read_jsonl(path)]
+    words = {r["headword"] for r in records if "headword" in r}
     return synset_ids, words
 
 

@@ -208,6 +208,24 @@ def test_committed_dataset_is_consistent():
             assert len(rel) == 1 and rel <= ds.docs.keys()
 
 
+def test_confirmation_collection_is_consistent_and_shares_no_query_with_wn_gcide():
+    """docs/eval.md, "Confirmation collection": fusion was never chosen on it, so nothing it
+    judges may have been judged by the collection fusion was chosen on."""
+    confirm = er.load_dataset(er.DATA_DIR.parent / "wn-gcide-confirm")
+    assert len(confirm.docs) == 12000 and len(set(confirm.docs.values())) == 12000
+    assert {n: len(q) for n, q in confirm.query_sets.items()} == {"dictionary": 2000, "examples": 2000}
+    for qs in confirm.query_sets.values():
+        for q in qs:
+            rel = confirm.relevant(q)
+            assert len(rel) == 1 and rel <= confirm.docs.keys()
+    synsets, words = er._judged(er.DATA_DIR)
+    confirm_synsets, confirm_words = er._judged(er.DATA_DIR.parent / "wn-gcide-confirm")
+    assert len(synsets) == 800 and len(confirm_synsets) > 3900  # two headwords may share a synset
+    assert not synsets & confirm_synsets and not words & confirm_words
+    original = {t for qs in er.load_dataset().query_sets.values() for t in qs.values()}
+    assert not original & {t for qs in confirm.query_sets.values() for t in qs.values()}
+
+
 # -- the memstream HTTP client, against a mock transport ----------------------------------------
 
 
