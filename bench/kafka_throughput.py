@@ -239,7 +239,10 @@ async def rebuild_run(events: int, partitions: int) -> dict[str, Any]:
 
 async def embedded_run(args: argparse.Namespace) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="memstream-bench-embedded-"))
-    env = {**os.environ, "MEMSTREAM_EMBEDDER": "none", "MEMSTREAM_DATA_DIR": str(data)}
+    # The bench takes its broker from MEMSTREAM_KAFKA_BOOTSTRAP, which `serve` reads too: left in,
+    # the embedded baseline would start as a Kafka router.
+    env = {k: v for k, v in os.environ.items() if k != "MEMSTREAM_KAFKA_BOOTSTRAP"}
+    env |= {"MEMSTREAM_EMBEDDER": "none", "MEMSTREAM_DATA_DIR": str(data)}
     procs = Procs()
     port = free_port()
     try:
