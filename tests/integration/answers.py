@@ -5,6 +5,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from memstream.streams.log import partition_for
+
+# The embedded default, so ids are allocated identically in both modes. A test module comparing
+# the two imports it: conftest's ``cfg`` sizes the module's deployment by its ``PARTITIONS``.
+PARTITIONS = 16
+
+
+def sharing(agent: str) -> str:
+    """Another agent name in ``agent``'s partition (deterministic), so a script covers two
+    agents of one partition."""
+    return next(
+        name
+        for name in (f"{agent}-peer{i}" for i in range(1000))
+        if partition_for(name, PARTITIONS) == partition_for(agent, PARTITIONS)
+    )
+
 
 def stable_without(volatile: set[str]) -> Callable[[Any], Any]:
     """``stable(body)``: the answer without the keys in ``volatile`` (clock readings, random

@@ -19,27 +19,14 @@ import pytest
 from conftest import ServerThread
 from faces import HttpFace, McpFace
 
-from integration.answers import stable_without
+from integration.answers import PARTITIONS, sharing, stable_without  # noqa: F401  (conftest's cfg reads PARTITIONS)
 from integration.test_kafka_mode import Deployment
 from memstream.api.settings import Settings
-from memstream.streams.log import partition_for
 from memstream.streams.sqlite_log import SqliteLog
 
 pytestmark = [pytest.mark.kafka]
 
-PARTITIONS = 16  # the embedded default: ids are allocated identically in both modes
-
-
-def _sharing(agent: str) -> str:
-    """Another agent name in ``agent``'s partition (deterministic)."""
-    return next(
-        name
-        for name in (f"{agent}-peer{i}" for i in range(1000))
-        if partition_for(name, PARTITIONS) == partition_for(agent, PARTITIONS)
-    )
-
-
-AGENTS = ["ada", _sharing("ada"), "bob", "cy"]
+AGENTS = ["ada", sharing("ada"), "bob", "cy"]
 TOPICS = ["harbour gate code", "green tea mornings", "billing database", "printer paper jam", "vpn certificate"]
 # Clock readings and random ids: the only fields two runs of one script may differ in.
 VOLATILE = {"at", "event_id", "timestamp", "created_at", "updated_at", "as_of", "elapsed_ms"}

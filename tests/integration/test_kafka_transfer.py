@@ -24,7 +24,7 @@ import pytest
 from conftest import ServerThread
 from faces import HttpFace, McpFace
 
-from integration.answers import stable_without
+from integration.answers import PARTITIONS, sharing, stable_without
 from integration.test_kafka_mode import Deployment
 from memstream.api.kafka_router import Owners
 from memstream.api.settings import Settings
@@ -34,7 +34,6 @@ from memstream.streams.sqlite_log import SqliteLog
 
 pytestmark = [pytest.mark.kafka]
 
-PARTITIONS = 16  # the embedded default: ids are allocated identically in both modes
 TEXTS = [
     "Alice prefers green tea in the morning",
     "The printer on floor 3 has a paper jam every Monday",
@@ -48,15 +47,6 @@ QUERIES = ["green tea", "printer paper jam", "deploy friday", "budget meeting"]
 # Clock readings and random ids: what two runs of one script may differ in.
 VOLATILE = {"at", "event_id", "timestamp", "created_at", "updated_at", "exported_at", "start_time", "end_time",
             "as_of", "elapsed_ms"}  # fmt: skip
-
-
-def sharing(agent: str) -> str:
-    """Another agent name in ``agent``'s partition (deterministic)."""
-    return next(
-        name
-        for name in (f"{agent}-peer{i}" for i in range(1000))
-        if partition_for(name, PARTITIONS) == partition_for(agent, PARTITIONS)
-    )
 
 
 AGENTS = ["ada", sharing("ada"), "bob", "cy"]
