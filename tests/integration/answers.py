@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from faces import HttpFace
+
 from memstream.streams.log import partition_for
 
 # The embedded default, so ids are allocated identically in both modes. A test module comparing
@@ -38,3 +40,17 @@ def stable_without(volatile: set[str]) -> Callable[[Any], Any]:
         return body
 
     return stable
+
+
+class CommandIds:
+    """Calls through ``face`` with a command id on every write, so that two runs of one script
+    (embedded and Kafka mode) write the same records."""
+
+    def __init__(self, face: HttpFace) -> None:
+        self.face = face
+        self.n = 0
+
+    async def write(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        self.n += 1
+        body: dict[str, Any] = await self.face.call(tool, {**args, "command_id": f"cmd-{self.n}"})
+        return body

@@ -19,7 +19,7 @@ import pytest
 from conftest import ServerThread
 from faces import HttpFace, McpFace
 
-from integration.answers import PARTITIONS, sharing, stable_without  # noqa: F401  (conftest's cfg reads PARTITIONS)
+from integration.answers import PARTITIONS, CommandIds, sharing, stable_without  # noqa: F401  (conftest's cfg reads PARTITIONS)
 from integration.test_kafka_mode import Deployment
 from memstream.api.settings import Settings
 from memstream.streams.sqlite_log import SqliteLog
@@ -35,16 +35,8 @@ VOLATILE = {"at", "event_id", "timestamp", "created_at", "updated_at", "as_of", 
 stable = stable_without(VOLATILE)
 
 
-class Script:
-    """The calls, with a command id on every write so that both runs write the same records."""
-
-    def __init__(self, face: HttpFace) -> None:
-        self.face = face
-        self.n = 0
-
-    async def write(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        self.n += 1
-        return await self.face.call(tool, {**args, "command_id": f"cmd-{self.n}"})
+class Script(CommandIds):
+    """The calls both runs make."""
 
     async def run(self) -> list[Any]:
         out: list[Any] = []

@@ -24,7 +24,7 @@ import pytest
 from conftest import ServerThread
 from faces import HttpFace, McpFace
 
-from integration.answers import PARTITIONS, sharing, stable_without
+from integration.answers import PARTITIONS, CommandIds, sharing, stable_without
 from integration.test_kafka_mode import Deployment
 from memstream.api.kafka_router import Owners
 from memstream.api.settings import Settings
@@ -55,16 +55,11 @@ AGENTS = ["ada", sharing("ada"), "bob", "cy"]
 stable = stable_without(VOLATILE)
 
 
-class Writer:
-    """Calls with a command id on every write, so that both runs write the same records."""
-
-    def __init__(self, face: HttpFace) -> None:
-        self.face = face
-        self.n = 0
+class Writer(CommandIds):
+    """``CommandIds`` whose writes must all succeed."""
 
     async def write(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        self.n += 1
-        body = await self.face.call(tool, {**args, "command_id": f"cmd-{self.n}"})
+        body = await super().write(tool, args)
         assert body.get("ok") is not False, (tool, body)
         return body
 
