@@ -53,6 +53,7 @@ from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.embedders import Embedders
 from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED, read_models
 from memstream.api.kafka_acl import guard_worker, owner_route
+from memstream.api.kafka_append_fold import plan_feed
 from memstream.api.kafka_checkpoints import checkpoint_dir
 from memstream.api.kafka_partition_log import KafkaPartitionLog
 from memstream.api.kafka_point_in_time import KafkaPointInTime
@@ -63,6 +64,7 @@ from memstream.api.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
 from memstream.api.tools.registry import Caller
 from memstream.streams.commands import Command
+from memstream.streams.decide_step import NewEvent
 from memstream.streams.decision import DecisionState, Limits
 from memstream.streams.embedding import Embedder
 from memstream.streams.events import AuditRecord, Embedding, decode
@@ -102,6 +104,8 @@ class PartitionModels:
         self.since_checkpoint = 0
         self.checkpointing = False
         self.jobs: dict[str, Any] = {}  # admin jobs over this partition's agents (re-embedding)
+        self.folded_by_agent = 0  # events folded as the decider appended them (fold-on-append)
+        self.folded_by_tail = 0  # events folded from the topic (catch-up and repair)
 
     def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
         ev = decode(value)
@@ -236,6 +240,7 @@ class Node:
         self._started = False
         self._wake = asyncio.Event()
         self._checkpoints: set[asyncio.Task[None]] = set()
+        self.fed: set[int] = set()  # partitions the decider's agent feeds; paused in the tail
 
     async def start(self) -> None:
         if self._started:
@@ -297,7 +302,8 @@ class Node:
             for tp in tps:
                 self.models[tp.partition] = await self._open_models(tp.partition, int(ends[tp]))
         owned = [TopicPartition(self.cfg.events_topic, p) for p in sorted(self.models)]
-        self._consumer.assign(owned)
+        self._consumer.assign(owned)  # resumes every partition: the agent pauses them again
+        self.fed.clear()
         for tp in owned:
             self._consumer.seek(tp, self.models[tp.partition].offset + 1)
         self._wake.set()
@@ -358,6 +364,52 @@ class Node:
     async def revoked(self, partitions: set[int]) -> None:
         for p in partitions:
             self.models.pop(p, None)
+            self.fed.discard(p)
+
+    # -- fold-on-append (api/kafka_append_fold.py) -------------------------------------------
+
+    async def appended(self, partition: int, events: Sequence[NewEvent]) -> None:
+        """The decider's agent appended ``events`` to ``partition`` (acknowledged, landed where
+        it expected): fold them into the partition's read models now, before it replies, when
+        they continue the models; otherwise leave them to the tail, which reads the topic."""
+        models = self.models.get(partition)
+        if models is None or self._consumer is None:
+            return  # not (yet) this node's: the tail folds it once the assignment reaches here
+        if models.lock.locked():
+            self._tail_takes(models)  # a checkpoint is capturing the models: do not hold the agent
+            return
+        plan = plan_feed(models.offset, [e.offset for e in events])
+        if plan.count:
+            async with models.lock:
+                for e in events[plan.start : plan.stop]:
+                    models.apply(e.offset, e.value, e.vector)
+            models.folded_by_agent += plan.count
+            self._folded(models, plan.count)
+        if plan.gap:
+            self._tail_takes(models)
+        elif partition not in self.fed:
+            # The models hold everything up to the agent's last append, and the agent is the
+            # partition's only writer: the tail has nothing left to read there.
+            self._consumer.pause(TopicPartition(self.cfg.events_topic, partition))
+            self.fed.add(partition)
+
+    def _tail_takes(self, models: PartitionModels) -> None:
+        """Hand a partition back to the tail, from the models' next offset."""
+        if models.partition in self.fed and self._consumer is not None:
+            tp = TopicPartition(self.cfg.events_topic, models.partition)
+            self._consumer.resume(tp)
+            self._consumer.seek(tp, models.offset + 1)
+            self.fed.discard(models.partition)
+
+    def _folded(self, models: PartitionModels, count: int) -> None:
+        """After ``count`` events were folded: wake waiting reads, checkpoint when due."""
+        models.since_checkpoint += count
+        models.advanced.set()
+        due = models.store is not None and models.since_checkpoint >= self.checkpoint_every
+        if due and not models.checkpointing:
+            task = asyncio.create_task(self.checkpoint(models), name=f"memstream-checkpoint-{models.partition}")
+            self._checkpoints.add(task)
+            task.add_done_callback(self._checkpoints.discard)
 
     async def _announce(self, partitions: list[int]) -> None:
         value = {"node": self.node_id, "url": self.url, "generation": self.generation, "at": time.time()}
@@ -382,17 +434,14 @@ class Node:
                 models = self.models.get(tp.partition)
                 if models is None:
                     continue
+                count = 0
                 async with models.lock:
                     for rec in records:
                         if rec.offset > models.offset:
                             models.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
-                            models.since_checkpoint += 1
-                models.advanced.set()
-                due = models.store is not None and models.since_checkpoint >= self.checkpoint_every
-                if due and not models.checkpointing:
-                    task = asyncio.create_task(self.checkpoint(models), name=f"memstream-checkpoint-{tp.partition}")
-                    self._checkpoints.add(task)
-                    task.add_done_callback(self._checkpoints.discard)
+                            count += 1
+                models.folded_by_tail += count
+                self._folded(models, count)
 
     # -- answering calls --------------------------------------------------------------------
 
@@ -431,6 +480,10 @@ def node_app(node: Node) -> Starlette:
     async def health(request: Request) -> Response:
         owned = {str(p): m.offset for p, m in sorted(node.models.items())}
         body: dict[str, Any] = {"node": node.node_id, "url": node.url, "partitions": owned}
+        body["fold"] = {
+            str(p): {"by_agent": m.folded_by_agent, "by_tail": m.folded_by_tail, "fed_by_agent": p in node.fed}
+            for p, m in sorted(node.models.items())
+        }
         body["checkpoints"] = {
             str(p): {"restored_from": m.restored_from, "last": m.checkpoint_offset}
             for p, m in sorted(node.models.items())
@@ -508,6 +561,7 @@ def run_node(
         heartbeat_s=session_timeout_s / 10,
         on_assigned=node.assigned,
         on_revoked=node.revoked,
+        on_appended=node.appended,
         tasks=[serve],
     )
     log.warning("memstream worker %s answering at %s", node.node_id, node.url)

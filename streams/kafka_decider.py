@@ -11,7 +11,9 @@ whatever a previous owner appended is seen before anything is decided. Then, per
 2. queue the events and audit records in the idempotent producer (``acks=all``, order kept),
    and go on to the next batch while their acknowledgements are in flight;
 3. in a completion chained to the previous batch's, wait for the acknowledgements, check the
-   records landed at exactly the expected offsets, and only then reply to each submitter.
+   records landed at exactly the expected offsets, hand the events to ``on_appended`` (the
+   worker folds its read models there: api/kafka_append_fold.py), and only then reply to each
+   submitter.
 
 A failed append, or records landing elsewhere than expected (another writer: a zombie owner
 after a rebalance), means the state folded records the log does not hold: the decider refuses
@@ -37,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -58,6 +60,8 @@ LOCAL_BATCH_WAIT_S = 0.001  # how long local submissions gather before one round
 # the future a local submitter awaits.
 ReplyTo = Union[int, "asyncio.Future[Committed]"]
 Item = tuple[Command | AuditRecord, ReplyTo | None]
+# Told of each batch of events once it landed where the decider expected, before any reply.
+AppendedHook = Callable[[int, Sequence[NewEvent]], Awaitable[None]]
 
 
 class NotOwned(LookupError):
@@ -123,6 +127,8 @@ class KafkaDecider:
         self.failure: BaseException | None = None
         # Called once when an append fails: the worker must stop (see kafka_worker.create_app).
         self.on_failure: Callable[[BaseException], None] | None = None
+        # The worker's read side, folding what was appended (see the module docstring).
+        self.on_appended: AppendedHook | None = None
         self.owned: set[int] = set()  # partitions the group gave this worker, for submit_local
         self._lock = asyncio.Lock()  # one partition batch at a time, whichever path it came by
         self._local: dict[int, list[Item]] = {}
@@ -307,6 +313,11 @@ class KafkaDecider:
                 if self.on_failure is not None:
                     self.on_failure(exc)
             raise
+        if self.on_appended is not None and events:
+            try:
+                await self.on_appended(partition, events)
+            except Exception:  # the events are in the log: the read side recovers them from there
+                log.exception("partition %d: folding appended events failed", partition)
         remote = []
         for r, cid, out in replies:
             if isinstance(r, asyncio.Future):

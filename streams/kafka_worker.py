@@ -1,5 +1,6 @@
 """The faust app of a ``memstream worker``: the decider as a faust agent, and the hooks the
-worker's read side (``api/kafka_node.py``) uses to follow the partitions it is given.
+worker's read side (``api/kafka_node.py``) uses to follow the partitions it is given and to
+fold, in the agent's step, the events the agent appends.
 
 Workers of one deployment form one consumer group on the commands topic and split its
 partitions; faust rebalances them when a worker joins, leaves or dies (after the session
@@ -25,7 +26,7 @@ from typing import Any
 import faust
 
 from memstream.streams.decision import Limits
-from memstream.streams.kafka_decider import Incoming, KafkaDecider
+from memstream.streams.kafka_decider import AppendedHook, Incoming, KafkaDecider
 from memstream.streams.kafka_log import KafkaConfig, KafkaLog
 
 log = logging.getLogger(__name__)
@@ -49,11 +50,13 @@ def create_app(
     heartbeat_s: float = 1.0,
     on_assigned: PartitionsHook | None = None,
     on_revoked: PartitionsHook | None = None,
+    on_appended: AppendedHook | None = None,
     tasks: Sequence[Callable[[], Awaitable[None]]] = (),
 ) -> tuple[faust.App, KafkaDecider]:
     """The faust app of a worker and the decider it drives. ``on_assigned`` / ``on_revoked``
-    let the worker's read side follow the partitions the group gives it; ``tasks`` run for the
-    worker's lifetime (its query server)."""
+    let the worker's read side follow the partitions the group gives it, ``on_appended`` lets
+    the agent fold its read models as it appends; ``tasks`` run for the worker's lifetime (its
+    query server)."""
     faust_dir = Path(tempfile.gettempdir()) / "memstream-faust"
     faust_dir.mkdir(exist_ok=True)
     app = faust.App(
@@ -72,6 +75,7 @@ def create_app(
     )
     kafka = KafkaLog(cfg)
     decider = KafkaDecider(kafka, limits)
+    decider.on_appended = on_appended
     commands = app.topic(
         cfg.commands_topic, key_serializer="raw", value_serializer="raw", partitions=cfg.partitions, internal=False
     )
@@ -115,4 +119,3 @@ def create_app(
                 stop_worker()
 
     return app, decider
-
