@@ -3,20 +3,22 @@
 The consumer group gives a worker some partitions of the commands topic; because every topic
 is partitioned by agent with the same count, partition ``p`` of the events topic holds exactly
 the agents whose commands the worker decides. For each such partition the node keeps the full
-set of read models (``read_models()``, as the embedded engine does), folded from the events
-topic from offset 0 by one tailing consumer, and answers every tool call for those agents over
-HTTP with the same tool code as the embedded server (``NodeEngine`` gives it the engine's
-surface over one partition). Writes a node receives for a partition its worker owns are
-decided in-process by the worker's decider (``KafkaDecider.submit_local``: same step, same
-appends, no round trip through the commands and replies topics); any other write goes through
-the node's ``KafkaCommandBus`` to whichever worker owns the partition.
+set of read models (``read_models()``, as the embedded engine does) and answers every tool call
+for those agents over HTTP with the same tool code as the embedded server (``NodeEngine`` gives
+it the engine's surface over one partition). Writes a node receives for a partition its worker
+owns are decided in-process by the worker's decider (``KafkaDecider.submit_local``: same step,
+same appends, no round trip through the commands and replies topics); any other write goes
+through the node's ``KafkaCommandBus`` to whichever worker owns the partition.
 
-The read models are not a faust agent: a faust agent resumes from its group's committed
-offset, while in-memory read models resume from their own state: a checkpoint of the partition
-(api/kafka_checkpoints.py, written every ``MEMSTREAM_KAFKA_CHECKPOINT_EVERY`` events under the
-data directory, used only when it provably belongs to this topic) or offset 0. So the node
-tails the events topic with its own consumer, from each partition's own offset, and follows
-the group's assignment through the worker's rebalance hooks.
+Who folds the read models (api/kafka_append_fold.py): the worker's faust agent, as it decides.
+The decider is the only writer of its partitions, so once an append is acknowledged where the
+decider expected it, the agent hands the events to ``Node.appended``, which folds them before
+any submitter hears back. The events topic is the models' changelog, read by one tailing
+consumer (no group: in-memory models resume from their own state, a checkpoint of the partition
+(api/kafka_checkpoints.py) or offset 0, never from a group's committed offset) only to recover:
+catching up on a partition just gained, and taking a partition back whenever the agent cannot
+feed it (a checkpoint holds the models' lock, a batch was not handed over). A partition the agent
+feeds is paused in the tail, so a worker does not fetch and decode its own writes a second time.
 
 Reads of the log itself go to the topics: ``history`` and ``audit_log`` through the node's
 partition log (``api/kafka_partition_log.py``: one more consumer, one read at a time, with
