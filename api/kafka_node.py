@@ -383,8 +383,12 @@ class Node:
         plan = plan_feed(models.offset, [e.offset for e in events])
         if plan.count:
             async with models.lock:
-                for e in events[plan.start : plan.stop]:
-                    models.apply(e.offset, e.value, e.vector)
+                try:
+                    for e in events[plan.start : plan.stop]:
+                        models.apply(e.offset, e.value, e.vector)
+                except Exception:
+                    self._tail_takes(models)  # the topic holds these events: retry them from there
+                    raise
             models.folded_by_agent += plan.count
             self._folded(models, plan.count)
         if plan.gap:

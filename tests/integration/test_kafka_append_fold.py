@@ -1,7 +1,7 @@
 """Fold-on-append on the real broker: a worker's faust agent folds its read models as it
 appends (api/kafka_append_fold.py), before it replies; the node's tail consumer leaves a partition
 the agent feeds paused, and takes it back, from the models' own offset, whenever the agent
-cannot feed it (a checkpoint holding the models, a batch it was not handed). Whichever folded
+cannot feed it (a checkpoint holding the models, a batch it was not handed, a fold that failed). Whichever folded
 what, the models equal a replay of the topic."""
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ PARTITIONS = 2
 AGENT = "ag-fold"
 
 
-async def test_the_agent_folds_what_it_appends_and_the_tail_repairs_the_rest(cfg: KafkaConfig, tmp_path: Path) -> None:
+async def test_the_agent_folds_what_it_appends_and_the_tail_repairs_the_rest(
+    cfg: KafkaConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await ensure_topics(cfg)
     p = partition_for(AGENT, cfg.partitions)
     decider = KafkaDecider(KafkaLog(cfg))
@@ -76,6 +78,19 @@ async def test_the_agent_folds_what_it_appends_and_the_tail_repairs_the_rest(cfg
             after = await write()
             assert p not in node.fed and models.offset < missed.offset
             await models.caught_up(after.offset)  # the tail reads both from the topic
+            out = await write()
+            assert models.offset == out.offset and p in node.fed
+
+            # A fold that fails in the agent (a projection's bug) costs the write nothing, and
+            # the tail folds it again from the topic.
+            def failing(offset: int, value: bytes, vector: bytes | None) -> None:
+                raise RuntimeError("a projection's bug")
+
+            monkeypatch.setattr(models, "apply", failing)
+            broken = await write()
+            monkeypatch.undo()
+            assert p not in node.fed and models.offset < broken.offset
+            await models.caught_up(broken.offset)
             out = await write()
             assert models.offset == out.offset and p in node.fed
 
