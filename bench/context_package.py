@@ -12,7 +12,7 @@ Seed 001 keeps two questions apart, and so does this report:
 Data: the committed ``bench/eval_data/wn-gcide`` set (``bench/eval_recall.py`` describes it):
 WordNet definitions as memories, Webster 1913 definitions (``dictionary``) or usage examples
 (``examples``) as queries, one judged-relevant memory each. Everything runs in process on a
-temporary data directory; tokens are counted by ``memstream.api.tokens`` (WordPiece).
+temporary data directory; tokens are counted by ``memstream.api.services.tokens`` (WordPiece).
 
 Usage (repo root, project venv)::
 
@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_recall import load_dataset, subset  # noqa: E402
 
-from memstream.api.engine import Engine  # noqa: E402
-from memstream.api.settings import load_settings  # noqa: E402
+from memstream.api.services.engine import Engine  # noqa: E402
+from memstream.api.services.settings import load_settings  # noqa: E402
 from memstream.api.tools.dispatch import dispatch  # noqa: E402
 from memstream.api.tools.registry import Caller  # noqa: E402
 

@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import orjson
 
-from memstream.streams.embedding import DEFAULT_EMBEDDER, Embedder, EmbeddingError, load_local_embedder
+from memstream.api.services.embedding import DEFAULT_EMBEDDER, Embedder, EmbeddingError, load_local_embedder
 
 MAX_BODY = 16 * 1024 * 1024
 

@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 from corpora import gcide_nouns, wordnet_synsets
 
-from memstream.streams.embedding import EmbeddingError, load_embedder
-from memstream.streams.embedding.onnx_backend import VOCAB_PATH, bert_uncased_tokenizer
+from memstream.api.services.embedding import EmbeddingError, load_embedder
+from memstream.api.services.embedding.onnx_backend import VOCAB_PATH, bert_uncased_tokenizer
 
 WORDNET_DIR = Path(os.environ.get("WORDNET_DIR", "/usr/share/wordnet"))
 LOCAL = ["minilm-l6-v2-int8", "paraphrase-minilm-l3-v2", "wordllama-l2-256"]
@@ -184,7 +184,7 @@ def cold_start(name: str, repeats: int = 3) -> dict[str, float] | None:
         return None
     code = (
         "import time;t0=time.perf_counter()\n"
-        "from memstream.streams.embedding import load_embedder\n"
+        "from memstream.api.services.embedding import load_embedder\n"
         f"e=load_embedder(name={name!r});t1=time.perf_counter()\n"
         "e.embed(['how do I reset my password?']);t2=time.perf_counter()\n"
         "print(t1-t0, t2-t1)\n"

@@ -31,11 +31,11 @@ from pathlib import Path
 import numpy as np
 from eval_recall import DATA_DIR, Dataset, K, assign_halves, load_dataset, ndcg_at_k
 
-from memstream.api.recall import fusion
-from memstream.api.recall.gate import GateConfig, apply_gate
+from memstream.api.query.recall import fusion
+from memstream.api.query.recall.gate import GateConfig, apply_gate
+from memstream.api.services.embedding import load_local_embedder
 from memstream.projections.lexical import LexicalProjection
 from memstream.projections.scope import ScopeFilter
-from memstream.streams.embedding import load_local_embedder
 
 NOTES_DIR = DATA_DIR.parent / "agent-notes"
 SCOPE = ScopeFilter("eval")

@@ -154,8 +154,8 @@ async def visibility(port: int, trials: int) -> dict[str, Any]:
 
 
 async def kafka_run(workers: int, args: argparse.Namespace) -> dict[str, Any]:
-    from memstream.api.kafka_replay import rebuild_partitions
-    from memstream.streams.kafka_log import KafkaConfig
+    from memstream.api.kafka.worker.replay import rebuild_partitions
+    from memstream.streams.log.kafka import KafkaConfig
 
     prefix = f"memstream-bench-{uuid.uuid4().hex[:8]}"
     cfg = KafkaConfig(bootstrap=BOOTSTRAP, prefix=prefix, partitions=args.partitions)
@@ -181,7 +181,7 @@ async def kafka_run(workers: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def drop_topics(prefix: str) -> None:
-    from memstream.streams.kafka_log import delete_topics_with_prefix
+    from memstream.streams.log.kafka import delete_topics_with_prefix
 
     await delete_topics_with_prefix(BOOTSTRAP, prefix)
 
@@ -191,12 +191,12 @@ async def rebuild_run(events: int, partitions: int) -> dict[str, Any]:
     straight through the log adapter (deciding them through workers would take minutes)."""
     import numpy as np
 
-    from memstream.api.kafka_replay import rebuild_partitions
+    from memstream.api.kafka.worker.replay import rebuild_partitions
     from memstream.streams import commands as c
-    from memstream.streams.decide_step import NewAudit, NewEvent, decide_and_fold
+    from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
     from memstream.streams.decision import DecisionState, Limits
     from memstream.streams.events import Actor, Embedding, Scope, utcnow
-    from memstream.streams.kafka_log import KafkaConfig, KafkaLog, ensure_topics
+    from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
 
     prefix = f"memstream-bench-{uuid.uuid4().hex[:8]}"
     cfg = KafkaConfig(bootstrap=BOOTSTRAP, prefix=prefix, partitions=partitions)

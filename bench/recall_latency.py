@@ -238,15 +238,15 @@ class PrecomputedEmbedder:
 
 async def fill(data_dir: Path, texts: list[str], vecs: np.ndarray, model_id: str) -> dict[str, Any]:
     """Append one StoreMemory per text through the embedded command bus (group commit)."""
-    from memstream.api.settings import Settings
+    from memstream.api.services.settings import Settings
     from memstream.api.tools.registry import Caller
     from memstream.api.tools.sanitize import normalize_source
+    from memstream.streams.buses.embedded import EmbeddedCommandBus
     from memstream.streams.commands import StoreMemory
     from memstream.streams.decision import Limits
-    from memstream.streams.embedded_bus import EmbeddedCommandBus
     from memstream.streams.events import Actor, Embedding, Scope, new_id, utcnow
+    from memstream.streams.log.sqlite import SqliteLog
     from memstream.streams.snapshots import SnapshotStore
-    from memstream.streams.sqlite_log import SqliteLog
 
     s = Settings(data_dir=data_dir)
     log_ = SqliteLog(s.log_path, num_partitions=s.partitions, synchronous=s.sync)
@@ -294,8 +294,8 @@ async def in_process(
     data_dir: Path, wl: Workload, warmup: int
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(fold timings, embedding-excluded recall latency, answer sizes)."""
-    from memstream.api.engine import Engine
-    from memstream.api.settings import Settings
+    from memstream.api.services.engine import Engine
+    from memstream.api.services.settings import Settings
     from memstream.api.tools.dispatch import dispatch
     from memstream.api.tools.registry import Caller
 

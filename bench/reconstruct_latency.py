@@ -108,8 +108,8 @@ from cpersona_bulk import (
 from embed_server import EmbedServer, _Handler, serve_in_thread
 from eval_recall import DEFAULT_CPERSONA, McpStdio, _dist_version, cpersona_env
 
-from memstream.api.engine import Engine
-from memstream.api.settings import load_settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
 from memstream.streams import commands as c

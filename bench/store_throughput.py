@@ -250,14 +250,15 @@ async def http_runs(embedders: list[str], clients: list[int], stores: int, syncs
 def rebuild_rates(events: int) -> dict[str, Any]:
     """Write ``events`` realistic memory.stored events (with 384-d vectors) through the bus, then
     fold them from offset 0: the decision state alone, and history + read models."""
-    from memstream.api.engine import read_models
+    from memstream.api.services.engine import read_models
     from memstream.projections.history import HistoryProjection
+    from memstream.projections.runner import ProjectionRunner
     from memstream.streams import commands as c
+    from memstream.streams.buses.embedded import EmbeddedCommandBus, catch_up_decision_state
     from memstream.streams.decision import DecisionState
-    from memstream.streams.embedded_bus import EmbeddedCommandBus, catch_up_decision_state
     from memstream.streams.events import Actor, Embedding, Scope, decode
-    from memstream.streams.runner import ProjectionRunner, bulk_fold
-    from memstream.streams.sqlite_log import SqliteLog
+    from memstream.streams.folding import bulk_fold
+    from memstream.streams.log.sqlite import SqliteLog
 
     data = Path(tempfile.mkdtemp(prefix="ms-rebuild-"))
     try:

@@ -62,7 +62,7 @@ def load_wordnet() -> tuple[list[str], list[str]]:
 def real_vectors(n_queries: int = 2_000) -> tuple[np.ndarray, np.ndarray, str]:
     """Real 384-d sentence vectors: every WordNet definition (the corpus) and usage examples
     (the queries), embedded once with the default embedder and cached."""
-    from memstream.streams.embedding import load_embedder
+    from memstream.api.services.embedding import load_embedder
 
     emb = load_embedder()
     path = CACHE / f"wordnet-{emb.model_id}-{n_queries}.npz"
@@ -135,7 +135,7 @@ def rss_mb() -> float:
 def write_log(path: Path, vecs: np.ndarray, model: str) -> float:
     """N memory.stored events for agent 'bench' (projects '', 'p', 'q' in turn), written in the
     embedded log's format (value = the event JSON, vector = the raw float32 attachment)."""
-    from memstream.streams.sqlite_log import SqliteLog
+    from memstream.streams.log.sqlite import SqliteLog
 
     log_ = SqliteLog(path, synchronous="OFF")
     conn = log_.writer_connection()
@@ -220,11 +220,11 @@ def far_recall(proj: Any, scope: Any, queries: np.ndarray, n: int, reach: int) -
 def run_size(n: int, docs: np.ndarray, queries: np.ndarray, model: str, work: Path, args: Any) -> dict[str, Any]:
     from usearch.index import Index
 
+    from memstream.projections.runner import ProjectionRunner, digest_of
     from memstream.projections.scope import ScopeFilter
     from memstream.projections.vectors import HnswConfig, VectorProjection
-    from memstream.streams.runner import ProjectionRunner, digest_of
+    from memstream.streams.log.sqlite import SqliteLog
     from memstream.streams.snapshots import SnapshotStore
-    from memstream.streams.sqlite_log import SqliteLog
 
     out: dict[str, Any] = {"rows": n}
     vecs = dataset(n, docs)

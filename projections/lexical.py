@@ -750,7 +750,7 @@ class LexicalProjection:
     def search_shares(self, scope: ScopeFilter, query: str, k: int) -> list[tuple[str, float, float]]:
         """``search`` plus each row's share of the query's IDF mass, in [0, 1]: how much of
         what the query says (by term rarity) the row holds. Recall fusion weighs the lexical
-        vote by it (``api/recall/fusion.py``)."""
+        vote by it (``api/query/recall/fusion.py``)."""
         idx = self.agents.get(scope.agent_id)
         if idx is None or k <= 0:
             return []

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memstream.api.engine import Engine
-from memstream.api.settings import Settings, load_settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
 
@@ -96,7 +96,7 @@ class ServerThread:
     def __init__(self, settings: Settings) -> None:
         import uvicorn
 
-        from memstream.api.http_app import create_app
+        from memstream.api.faces.http import create_app
 
         self.port = free_port()
         self.app = create_app(settings, embedder=HashEmbedder())
@@ -152,7 +152,7 @@ async def face(request: pytest.FixtureRequest, http_server: ServerThread) -> Asy
 
 def log_end(server: ServerThread) -> tuple[int, int]:
     """(event log end, audit end) of the server's data directory, read through a second handle."""
-    from memstream.streams.sqlite_log import SqliteLog
+    from memstream.streams.log.sqlite import SqliteLog
 
     log = SqliteLog(server.app.state.engine.settings.log_path)
     try:

@@ -18,9 +18,18 @@ import httpx
 import pytest
 from conftest import HashEmbedder, ServerThread, free_port, log_end
 
-from memstream.api.acl import ADMIN, READ, WILDCARD, WRITE, AclConfigError, Demand, effective_permission, load_acl
-from memstream.api.engine import Engine
-from memstream.api.settings import load_settings
+from memstream.api.services.acl import (
+    ADMIN,
+    READ,
+    WILDCARD,
+    WRITE,
+    AclConfigError,
+    Demand,
+    effective_permission,
+    load_acl,
+)
+from memstream.api.services.engine import Engine
+from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import REGISTRY, Caller
 
@@ -262,7 +271,7 @@ def test_exact_grant_beats_wildcard_and_sweeps_take_the_weakest() -> None:
 
 def test_every_tool_is_classified() -> None:
     """A tool nobody classified is admin-only (fail closed); this names it so it gets a rule."""
-    from memstream.api.acl import classified
+    from memstream.api.services.acl import classified
 
     assert sorted(n for n in REGISTRY if not classified(n)) == []
     assert REGISTRY["delete_agent_data"].admin and REGISTRY["reembed"].admin
@@ -560,7 +569,7 @@ async def test_dispatch_refuses_unauthenticated_callers_in_acl_mode(tmp_path: Pa
 
 
 def test_demand_of_an_unclassified_tool_is_admin() -> None:
-    from memstream.api.acl import demands
+    from memstream.api.services.acl import demands
     from memstream.api.tools.registry import Tool, ToolArgs
 
     class NoArgs(ToolArgs):

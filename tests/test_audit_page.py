@@ -19,7 +19,7 @@ import httpx
 import pytest
 from conftest import ServerThread
 
-from memstream.api.settings import load_settings
+from memstream.api.services.settings import load_settings
 
 CHROMIUM = Path("/usr/bin/chromium")
 DOC_IMAGE = Path(__file__).resolve().parents[1] / "docs" / "img" / "audit-timeline.png"

@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner
 from conftest import HashEmbedder, ServerThread
 
-from memstream.api.backup import BackupError, backup_log, restore_log
-from memstream.api.cli import main
-from memstream.api.engine import Engine
-from memstream.api.rebuild import rebuild_all
-from memstream.api.settings import Settings, load_settings
+from memstream.api.cli.commands import main
+from memstream.api.services.backup import BackupError, backup_log, restore_log
+from memstream.api.services.engine import Engine
+from memstream.api.services.rebuild import rebuild_all
+from memstream.api.services.settings import Settings, load_settings
 
 
 def writer(url: str, agent: str, acked: list[str], stop: threading.Event) -> None:

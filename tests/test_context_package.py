@@ -10,9 +10,9 @@ import pytest
 from conftest import ServerThread
 from test_contract_recall import corpus
 
-from memstream.api.context.package import build_package, expand, source_of
-from memstream.api.tokens import count_tokens, head_within
-from memstream.streams.embedding.onnx_backend import bert_uncased_tokenizer
+from memstream.api.query.context.package import build_package, expand, source_of
+from memstream.api.services.embedding.onnx_backend import bert_uncased_tokenizer
+from memstream.api.services.tokens import count_tokens, head_within
 
 SEED_FIELDS = {"maxContextTokens", "estimatedRawTokens", "compressedTokens", "estimatedSavingsPercent",
                "budgetUsedPercent"}  # fmt: skip

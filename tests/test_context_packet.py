@@ -13,7 +13,7 @@ from conftest import ServerThread
 from faces import HttpFace, McpFace
 from pydantic import ValidationError
 
-from memstream.api.context.packet import (
+from memstream.api.query.context.packet import (
     Delivery,
     Hit,
     KnowBlock,
@@ -23,7 +23,7 @@ from memstream.api.context.packet import (
     judge,
     superseded_refs,
 )
-from memstream.api.settings import Settings
+from memstream.api.services.settings import Settings
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 FILLER = [

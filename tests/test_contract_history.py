@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 from conftest import HashEmbedder, call, free_port
 
-from memstream.api.engine import Engine
-from memstream.api.rebuild import rebuild_all
-from memstream.api.settings import Settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.rebuild import rebuild_all
+from memstream.api.services.settings import Settings
 
 
 async def test_h1_history_lists_every_event_oldest_first_and_survives_delete(face: Any) -> None:

@@ -13,7 +13,7 @@ import pytest
 from conftest import ServerThread
 from faces import HttpFace, McpFace
 
-from memstream.api.settings import Settings
+from memstream.api.services.settings import Settings
 
 TOPICS = [
     "deploy key rotation schedule for the staging cluster",

@@ -9,12 +9,12 @@ import pytest
 from conftest import HashEmbedder, ServerThread, call, log_end
 from faces import HttpFace, McpFace
 
-from memstream.api.contingent import Carriers, Value, canonical_form, contingent_rows, find_carriers, occurs
-from memstream.api.engine import Engine
-from memstream.api.rebuild import rebuild_all
-from memstream.api.settings import Settings
+from memstream.api.query.contingent import Carriers, Value, canonical_form, contingent_rows, find_carriers, occurs
+from memstream.api.services.engine import Engine
+from memstream.api.services.rebuild import rebuild_all
+from memstream.api.services.settings import Settings
+from memstream.projections.runner import replay
 from memstream.projections.standings import StandingsProjection
-from memstream.streams.runner import replay
 
 
 async def _store(face: Any, agent: str, content: str, **extra: Any) -> str:
@@ -244,7 +244,7 @@ async def test_new_read_models_rebuild_equal_live(settings: Settings, name: str)
     fresh = StandingsProjection() if name == "standings" else type(engine._named(name))()
     fresh.load_snapshot(snapshot)
     assert fresh.to_snapshot() == snapshot
-    from memstream.streams.sqlite_log import SqliteLog
+    from memstream.streams.log.sqlite import SqliteLog
 
     log = SqliteLog(settings.log_path)
     try:

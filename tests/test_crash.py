@@ -23,7 +23,7 @@ import pytest
 from conftest import free_port
 
 from memstream.streams.events import decode
-from memstream.streams.sqlite_log import SqliteLog
+from memstream.streams.log.sqlite import SqliteLog
 
 PROCS = Path(__file__).parent / "procs"
 TRIALS = int(os.environ.get("MEMSTREAM_CRASH_TRIALS") or (200 if os.environ.get("MEMSTREAM_LONG_TESTS") else 20))

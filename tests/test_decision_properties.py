@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from memstream.streams import commands as c
 from memstream.streams.decision import DecideContext, DecisionState, Limits, decide
 from memstream.streams.events import Actor, Embedding, Scope, decode
-from memstream.streams.log import partition_for
+from memstream.streams.log.port import partition_for
 
 PARTITIONS = 4
 AGENTS = ["alice", "bob"]
@@ -200,7 +200,7 @@ def test_a_refusal_delivered_twice_is_recorded_once() -> None:
     """An audit record of a refusal made before any command existed (bad input, a denied
     call) is remembered by its command id, so a second delivery (the Kafka commands topic is at
     least once) or a retry with the same id appends nothing and gets the first answer."""
-    from memstream.streams.decide_step import NewAudit, NewEvent, decide_and_fold
+    from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
     from memstream.streams.events import AuditRecord
 
     state = DecisionState(4)

@@ -22,7 +22,7 @@ import httpx
 import numpy as np
 import pytest
 
-from memstream.streams.embedding import (
+from memstream.api.services.embedding import (
     DEFAULT_EMBEDDER,
     Embedder,
     EmbeddingError,
@@ -31,7 +31,7 @@ from memstream.streams.embedding import (
     load_embedder,
     load_local_embedder,
 )
-from memstream.streams.embedding.onnx_backend import bert_uncased_tokenizer
+from memstream.api.services.embedding.onnx_backend import bert_uncased_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_SCRIPT = ROOT / "bench" / "embed_server.py"
@@ -225,7 +225,7 @@ def test_wordpiece_ids_match_hf(text, ids):
 def test_vocab_file_is_the_committed_one():
     import hashlib
 
-    from memstream.streams.embedding.onnx_backend import VOCAB_PATH
+    from memstream.api.services.embedding.onnx_backend import VOCAB_PATH
 
     assert hashlib.sha256(VOCAB_PATH.read_bytes()).hexdigest() == VOCAB_SHA256
     assert (VOCAB_PATH.parent / "VOCAB_NOTICE.txt").is_file()

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import HashEmbedder, ServerThread, call, log_end
 
-from memstream.api.engine import Engine
-from memstream.api.settings import Settings, load_settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.settings import Settings, load_settings
 
 QUERIES = ["green tea", "printer paper jam", "deploy friday", "budget meeting", "cat food", "nothing related at all"]
 
@@ -227,7 +227,7 @@ async def test_merge_copy_then_again_then_move(face: Any, http_server: ServerThr
 def test_cli_export_and_import(settings: Settings, tmp_path: Path) -> None:
     import asyncio
 
-    from memstream.api.cli import main
+    from memstream.api.cli.commands import main
 
     async def fill() -> None:
         eng = Engine(settings, embedder=HashEmbedder())
@@ -238,7 +238,7 @@ def test_cli_export_and_import(settings: Settings, tmp_path: Path) -> None:
             await eng.close()
 
     asyncio.run(fill())
-    from memstream.streams.embedding import register_embedder
+    from memstream.api.services.embedding import register_embedder
 
     register_embedder("test-hash-64", HashEmbedder)
     runner = CliRunner(env={"MEMSTREAM_EMBEDDER": "test-hash-64"})
@@ -256,7 +256,7 @@ def test_cli_export_and_import(settings: Settings, tmp_path: Path) -> None:
     report = orjson.loads(first.stdout)
     assert report["imported_memories"] == 7 and report["imported_episodes"] == 1
 
-    from memstream.streams.sqlite_log import SqliteLog
+    from memstream.streams.log.sqlite import SqliteLog
 
     def end() -> int:
         log = SqliteLog(fresh / "log.sqlite3")

@@ -26,14 +26,14 @@ import orjson
 import pytest
 from conftest import HashEmbedder, ServerThread, log_end
 
-from memstream.api.engine import Engine
-from memstream.api.rebuild import rebuild_all
-from memstream.api.settings import Settings, load_settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.rebuild import rebuild_all
+from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.dispatch import run_tool
 from memstream.api.tools.registry import Caller
 from memstream.streams import snapshots as snapshots_module
 from memstream.streams.events import decode
-from memstream.streams.sqlite_log import SqliteLog
+from memstream.streams.log.sqlite import SqliteLog
 
 PROCS = Path(__file__).parent / "procs"
 LONG = bool(os.environ.get("MEMSTREAM_LONG_TESTS"))
@@ -255,7 +255,7 @@ def test_sigkill_while_checkpointing_loses_nothing_and_restarts_equal(filled: Pa
 
 
 def rebuild_cmd(data: Path) -> list[str]:
-    code = "import sys; from memstream.api.cli import main; sys.exit(main())"
+    code = "import sys; from memstream.api.cli.commands import main; sys.exit(main())"
     return [sys.executable, "-c", code, "rebuild", "--data-dir", str(data)]
 
 

@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
-from memstream.api.engine import Engine
-from memstream.api.settings import Settings, load_settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.dispatch import run_tool
 from memstream.api.tools.registry import REGISTRY, Caller
 

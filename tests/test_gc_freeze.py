@@ -8,8 +8,8 @@ import gc
 
 from conftest import HashEmbedder, call
 
-from memstream.api.engine import Engine
-from memstream.api.settings import Settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.settings import Settings
 
 
 async def test_a_started_engine_freezes_its_read_models(settings: Settings) -> None:

@@ -1,4 +1,4 @@
-"""Fold-on-append's decision (api/kafka_append_fold.py): which appended events the agent folds.
+"""Fold-on-append's decision (api/kafka/worker/append_fold.py): which appended events the agent folds.
 
 The integration side (the agent feeding a live worker's models, the tail paused and taking over
 again) is tested against the broker in tests/integration/test_kafka_reads.py."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.api.kafka_append_fold import FeedPlan, plan_feed
+from memstream.api.kafka.worker.append_fold import FeedPlan, plan_feed
 
 
 def test_a_batch_continuing_the_models_is_folded_whole() -> None:

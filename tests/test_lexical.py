@@ -13,14 +13,14 @@ from conftest import call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memstream.api.engine import Engine
+from memstream.api.services.engine import Engine
 from memstream.projections import lexical as lexmod
 from memstream.projections.lexical import LexicalProjection
 from memstream.projections.lexical_text import keyword_terms, normalize, query_tokens, tokens
+from memstream.projections.runner import ProjectionRunner, digest_of, replay
 from memstream.projections.scope import ScopeFilter
 from memstream.streams.events import Event
-from memstream.streams.log import LogRecord
-from memstream.streams.runner import ProjectionRunner, digest_of, replay
+from memstream.streams.log.port import LogRecord
 
 # -- events shaped like Event.model_dump() (occurred_at as the ISO string the log holds) ------
 

@@ -31,8 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.routing import Route
 
-from memstream.api.engine import Engine
-from memstream.api.mcp_server import (
+from memstream.api.faces.mcp import (
     _STASH,
     _STASH_KEY,
     McpHttpApp,
@@ -42,7 +41,8 @@ from memstream.api.mcp_server import (
     rescue_frame,
     streamable_http_app,
 )
-from memstream.api.settings import load_settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.settings import load_settings
 from memstream.api.tools.registry import REGISTRY, Caller, Tool, ToolArgs
 
 TESTS = Path(__file__).resolve().parent
@@ -234,7 +234,7 @@ import sys
 sys.path.insert(0, {tests!r})
 import test_mcp_face
 test_mcp_face.register_echo()
-from memstream.api.mcp_server import main
+from memstream.api.faces.mcp import main
 main()
 """
 
@@ -334,7 +334,7 @@ async def test_stdio_raw_frames(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args", [["-m", "memstream.api.mcp_server"], ["-m", "memstream.api.cli", "mcp"]], ids=["module", "cli"]
+    "args", [["-m", "memstream.api.faces.mcp"], ["-m", "memstream.api.cli", "mcp"]], ids=["module", "cli"]
 )
 async def test_stdio_entry_points(tmp_path, args):
     """The real entry points (no test tool): initialize, list, an unknown tool; stdout stays clean."""

@@ -14,8 +14,8 @@ import pytest
 from conftest import HashEmbedder, ServerThread, call, log_end
 from prometheus_client.parser import text_string_to_metric_families
 
-from memstream.api.engine import Engine
-from memstream.api.settings import Settings, load_settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.settings import Settings, load_settings
 
 
 def scrape(server: ServerThread) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -106,7 +106,7 @@ def _values(engine: Engine) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
 @pytest.fixture
 def json_logs() -> Iterator[io.StringIO]:
     """The CLI's logging set-up with MEMSTREAM_LOG_FORMAT=json, into a buffer; undone after."""
-    from memstream.api.logging_setup import CALLS, configure
+    from memstream.api.services.logs import CALLS, configure
 
     root = logging.getLogger()
     saved = (list(root.handlers), root.level, CALLS.level)
@@ -147,7 +147,7 @@ async def test_json_call_logs_carry_the_fields_and_no_content(engine: Engine, js
 
 
 def test_text_format_stays_quiet_per_call() -> None:
-    from memstream.api.logging_setup import CALLS, configure
+    from memstream.api.services.logs import CALLS, configure
 
     root = logging.getLogger()
     saved = (list(root.handlers), root.level, CALLS.level)

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 from memstream.streams.events import decode
-from memstream.streams.sqlite_log import SqliteLog
+from memstream.streams.log.sqlite import SqliteLog
 
 PROCS = Path(__file__).parent / "procs"
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from conftest import HashEmbedder, call
 
-from memstream.api.engine import Engine
-from memstream.api.recall.pipeline import RecallRequest, run_recall
-from memstream.api.settings import Settings
+from memstream.api.query.recall.pipeline import RecallRequest, run_recall
+from memstream.api.services.engine import Engine
+from memstream.api.services.settings import Settings
 from memstream.projections.scope import ScopeFilter
 
 

@@ -9,8 +9,8 @@ from typing import Any
 from conftest import HashEmbedder, ServerThread, call
 from faces import HttpFace
 
-from memstream.api.engine import Engine
-from memstream.api.settings import Settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.settings import Settings
 
 QUERIES = [
     "deploy key rotation",

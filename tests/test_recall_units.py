@@ -8,9 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from memstream.api.recall import fusion
-from memstream.api.recall.calibrate import sample_ids, separation_threshold
-from memstream.api.recall.gate import GateConfig, apply_gate, autocut, episode_factor, keyed_signal, pool_min_score
+from memstream.api.query.recall import fusion
+from memstream.api.query.recall.calibrate import sample_ids, separation_threshold
+from memstream.api.query.recall.gate import (
+    GateConfig,
+    apply_gate,
+    autocut,
+    episode_factor,
+    keyed_signal,
+    pool_min_score,
+)
 from memstream.api.tools.recall import chronological, instant
 
 

@@ -15,10 +15,10 @@ from conftest import HashEmbedder, call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memstream.api.engine import Engine
-from memstream.api.rebuild import rebuild_all
-from memstream.api.reconstruct import core
-from memstream.api.settings import Settings, load_settings
+from memstream.api.query.reconstruct import core
+from memstream.api.services.engine import Engine
+from memstream.api.services.rebuild import rebuild_all
+from memstream.api.services.settings import Settings, load_settings
 
 GOLDEN = Path(__file__).parent / "fixtures" / "reconstruct_golden.json"
 T = "2026-02-0{}T09:{:02d}:00+00:00"

@@ -18,13 +18,13 @@ import pytest
 from conftest import HashEmbedder, SecondHashEmbedder, ServerThread, call
 from faces import HttpFace
 
-from memstream.api.engine import Engine
-from memstream.api.rebuild import rebuild_all
-from memstream.api.reembed import Reembedder
-from memstream.api.settings import Settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.rebuild import rebuild_all
+from memstream.api.services.reembed import Reembedder
+from memstream.api.services.settings import Settings
 from memstream.streams import commands as c
 from memstream.streams.events import Actor, Embedding, Scope, utcnow
-from memstream.streams.sqlite_log import SqliteLog
+from memstream.streams.log.sqlite import SqliteLog
 
 TOPICS = ["deploy key rotation", "green tea mornings", "billing database", "printer paper jam", "vpn certificate"]
 PROCS = Path(__file__).resolve().parent / "procs"
@@ -197,7 +197,7 @@ async def test_switch_is_refused_until_every_record_has_the_model(settings: Sett
 
 
 async def test_the_admin_tool_runs_the_job_and_reports_progress(settings: Settings) -> None:
-    from memstream.streams.embedding import register_embedder
+    from memstream.api.services.embedding import register_embedder
 
     register_embedder("test-hash-b", SecondHashEmbedder)
     with ServerThread(settings) as srv:

@@ -16,13 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memstream.projections.runner import ProjectionRunner, digest_of, replay
 from memstream.projections.scope import ScopeFilter
 from memstream.projections.vectors import VectorProjection
 from memstream.streams import commands as c
 from memstream.streams.decision import DecideContext, DecisionState, Limits, decide
 from memstream.streams.events import Actor, Embedding, Scope, decode
-from memstream.streams.log import LogRecord
-from memstream.streams.runner import ProjectionRunner, digest_of, replay
+from memstream.streams.log.port import LogRecord
 from memstream.streams.snapshots import SnapshotStore
 
 DIM = 16
@@ -532,7 +532,7 @@ def real_texts(n: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sentence_vectors() -> tuple[np.ndarray, np.ndarray]:
-    from memstream.streams.embedding import EmbeddingError, load_embedder
+    from memstream.api.services.embedding import EmbeddingError, load_embedder
 
     try:
         emb = load_embedder()

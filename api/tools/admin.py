@@ -16,11 +16,11 @@ from typing import Any
 
 from pydantic import Field, StrictInt, StrictStr
 
-from memstream.api.engine import mark_failure
-from memstream.api.reembed import Reembedder
+from memstream.api.services.embedding import EmbeddingError
+from memstream.api.services.engine import mark_failure
+from memstream.api.services.reembed import Reembedder
 from memstream.api.tools.common import Flag
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
-from memstream.streams.embedding import EmbeddingError
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ response shapes (A1–A5, A8).
 Declarations are decided by the pure decider (``streams/associations.py``) and folded into the
 association graph (``projections/associations.py``); ``store(associations=…)`` runs the same
 declaration anchored on the stored record. Reads compose pure functions over the projections
-under the engine's read lock; the decisions themselves live in ``api/reconstruct/core.py``.
+under the engine's read lock; the decisions themselves live in ``api/query/reconstruct/core.py``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Annotated, Any, Final, Literal
 import orjson
 from pydantic import Field, StrictInt, StrictStr
 
-from memstream.api.engine import mark_failure
-from memstream.api.recall.pipeline import RecallRequest, row_of, run_recall
-from memstream.api.reconstruct import core
-from memstream.api.tokens import count_tokens
+from memstream.api.query.recall.pipeline import RecallRequest, row_of, run_recall
+from memstream.api.query.reconstruct import core
+from memstream.api.services.engine import mark_failure
+from memstream.api.services.tokens import count_tokens
 from memstream.api.tools.common import Flag, Name, SessionKey, WriteArgs, envelope
 from memstream.api.tools.reads import AS_OF_HELP, AsOf, state_at
 from memstream.api.tools.recall import _time_bounds

@@ -1,6 +1,6 @@
 """Context tools built on recall: ``context_package`` (A6, seed 001), ``context_packet``
 (A7, seed 002) and ``verify_memory`` (the freshness packets read). Also served as
-``POST /context/package`` and ``POST /context/packet`` (api/http_app.py).
+``POST /context/package`` and ``POST /context/packet`` (api/faces/http.py).
 
 The handlers are I/O edges: they embed the query, run recall under the engine's read lock,
 gather the facts a decision needs, and hand them to the pure functions in ``api/context``.
@@ -13,12 +13,12 @@ from typing import Annotated, Any
 
 from pydantic import Field, StrictInt, StrictStr
 
-from memstream.api.context.package import Source, build_package, expand, source_of
-from memstream.api.context.packet import Hit, Recalled, judge, superseded_refs
-from memstream.api.engine import mark_failure
-from memstream.api.recall.gate import GateConfig, keyed_signal
-from memstream.api.recall.pipeline import RecallRequest, RecallResult, row_of, run_recall
-from memstream.api.tokens import TOKENIZER
+from memstream.api.query.context.package import Source, build_package, expand, source_of
+from memstream.api.query.context.packet import Hit, Recalled, judge, superseded_refs
+from memstream.api.query.recall.gate import GateConfig, keyed_signal
+from memstream.api.query.recall.pipeline import RecallRequest, RecallResult, row_of, run_recall
+from memstream.api.services.engine import mark_failure
+from memstream.api.services.tokens import TOKENIZER
 from memstream.api.tools.common import Flag, Id, Name, envelope
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.writes import MemoryIdArgs, memory_owner

@@ -8,14 +8,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memstream.api.acl import WILDCARD, AclConfig, authorize, denial
-from memstream.api.engine import FAILURE_CODE, REFUSAL_AUDITED
-from memstream.api.logging_setup import log_call
-from memstream.api.metrics import FACE
+from memstream.api.services.acl import WILDCARD, AclConfig, authorize, denial
+from memstream.api.services.embedding import EmbeddingError
+from memstream.api.services.engine import FAILURE_CODE, REFUSAL_AUDITED
+from memstream.api.services.logs import log_call
+from memstream.api.services.metrics import FACE
 from memstream.api.tools.registry import REGISTRY, Caller, Handler, Tool, ToolArgs
-from memstream.streams.embedding import EmbeddingError
 from memstream.streams.events import Actor, AuditRecord, Scope, new_id, utcnow
-from memstream.streams.log import LogUnavailable
+from memstream.streams.log.port import LogUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,10 @@ async def run_tool(
     not_found, locked, conflict, too_large, log_unavailable, embedding_unavailable, internal.
 
     ``handler`` replaces the tool's own, for a face that answers a tool itself over another
-    engine (Kafka mode's router runs the file transfers across workers, api/kafka_transfer.py):
+    engine (Kafka mode's router runs the file transfers across workers, api/kafka/router/transfers.py):
     the arguments are validated, refusals audited and failures shaped exactly the same.
 
-    Every call is measured (``api/metrics.py``) and logged (``api/logging_setup.py``): tool,
+    Every call is measured (``api/services/metrics.py``) and logged (``api/services/logs.py``): tool,
     face, client, agent, duration and outcome, never the arguments' content."""
     started = time.perf_counter()
     body, code = await _run_tool(engine, caller, name, raw, handler)
@@ -105,7 +105,7 @@ async def _run_tool(
     except ValidationError as exc:
         return await _refuse(engine, caller, name, raw, f"invalid arguments: {describe_validation(exc)}"), "invalid"
     acl = getattr(engine, "acl", None)
-    if acl is not None:  # ACL mode (api/acl.py): the caller's grants must cover the call
+    if acl is not None:  # ACL mode (api/services/acl.py): the caller's grants must cover the call
         denied = await enforce_grants(engine, acl, caller, tool, args, raw)
         if denied is not None:
             return denied, "permission_denied"
@@ -132,7 +132,7 @@ async def _run_tool(
 def validated(name: str, raw: Any) -> tuple[Tool, ToolArgs] | None:
     """The tool and its validated arguments, or None when ``run_tool`` refuses the call before
     any grant is checked (unknown tool, arguments that are not a valid object). For a face that
-    enforces grants before handing a call on (Kafka mode's router, api/kafka_acl.py): what this
+    enforces grants before handing a call on (Kafka mode's router, api/kafka/router/gate.py): what this
     refuses it hands on unchanged, to be refused and audited as invalid as embedded mode does."""
     tool = REGISTRY.get(name)
     if tool is None:

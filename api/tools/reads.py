@@ -8,15 +8,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, StrictStr
 
-from memstream.api.engine import mark_failure
+from memstream.api.services.engine import mark_failure
 from memstream.api.tools.common import Flag, sql_time
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.sanitize import InputError
+from memstream.api.tools.views import audit_entry, history_entry
 from memstream.api.tools.writes import BETAS, GLOBAL_PRECISION
-from memstream.api.views import audit_entry, history_entry
 from memstream.projections.records import EpisodeRow, MemoryRow
 from memstream.streams.events import parse_ref
-from memstream.streams.log import resolved
+from memstream.streams.log.port import resolved
 
 GET_CONTENTS_BUDGET = 40_000
 LIST_CAP = 500

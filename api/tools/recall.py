@@ -11,10 +11,10 @@ from typing import Annotated, Any
 
 from pydantic import Field, StrictInt, StrictStr
 
-from memstream.api.engine import mark_failure
-from memstream.api.recall.fusion import Candidate
-from memstream.api.recall.gate import GateConfig, keyed_signal
-from memstream.api.recall.pipeline import RecallRequest, RecallResult, recent_rows, run_recall
+from memstream.api.query.recall.fusion import Candidate
+from memstream.api.query.recall.gate import GateConfig, keyed_signal
+from memstream.api.query.recall.pipeline import RecallRequest, RecallResult, recent_rows, run_recall
+from memstream.api.services.engine import mark_failure
 from memstream.api.tools.common import Flag, SessionKey
 from memstream.api.tools.reads import AS_OF_HELP, AsOf, state_at
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import Field, StrictStr
 
-from memstream.api.contingent import Carriers, Value, contingent_rows, find_carriers
-from memstream.api.engine import mark_failure
+from memstream.api.query.contingent import Carriers, Value, contingent_rows, find_carriers
+from memstream.api.services.engine import mark_failure
 from memstream.api.tools.common import Name, WriteArgs, envelope
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.projections.scope import ScopeFilter

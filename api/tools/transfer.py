@@ -43,10 +43,10 @@ from memstream.api.tools.sanitize import (
     normalize_source,
     parse_timestamp,
 )
-from memstream.api.views import history_entry
+from memstream.api.tools.views import history_entry
 from memstream.streams import commands as c
 from memstream.streams.events import Actor, Embedding, Scope, utcnow
-from memstream.streams.log import LogRecord, resolved
+from memstream.streams.log.port import LogRecord, resolved
 
 FORMAT = "cpersona-export/1.1"
 CHUNK = 64  # records per embedding call and per burst of commands (the bus batches them)
@@ -99,9 +99,9 @@ async def collect(
     """The header and every record of an agent ('' = every agent), as of one read.
 
     ``engine`` is the embedded engine or, in Kafka mode, a worker's engine of one partition
-    (api/kafka_node.py): there '' means every agent of that partition, the offsets (the
+    (api/kafka/worker/node.py): there '' means every agent of that partition, the offsets (the
     header's and the history's) are the partition's own, and the router joins the partitions'
-    answers (api/kafka_transfer.py)."""
+    answers (api/kafka/router/transfers.py)."""
 
     def query() -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
         mem, eps, prof = engine.memories, engine.episodes, engine.profiles

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from pydantic import Field, StrictStr, field_validator
 
-from memstream.api.engine import mark_failure
+from memstream.api.services.engine import mark_failure
 from memstream.api.tools.common import Flag, Id, Name, WriteArgs, envelope
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.sanitize import (
@@ -405,8 +405,8 @@ async def set_recall_precision(engine: Any, caller: Caller, args: PrecisionArgs)
 
 
 async def calibrate_agent(engine: Any, agent_id: str, beta: float) -> dict[str, Any]:
-    """Seeded calibration over the agent's current memories (see ``api/recall/calibrate``)."""
-    from memstream.api.recall.calibrate import MIN_EMBEDDED, calibrate, sample_ids
+    """Seeded calibration over the agent's current memories (see ``api/query/recall/calibrate``)."""
+    from memstream.api.query.recall.calibrate import MIN_EMBEDDED, calibrate, sample_ids
 
     if engine.settings.embedder == "none":
         return {"ok": False, "error": f"Need at least {MIN_EMBEDDED} embeddings, found 0"}

@@ -7,7 +7,7 @@ from typing import Any
 
 from faces import HttpFace
 
-from memstream.streams.log import partition_for
+from memstream.streams.log.port import partition_for
 
 # The embedded default, so ids are allocated identically in both modes. A test module comparing
 # the two imports it: conftest's ``cfg`` sizes the module's deployment by its ``PARTITIONS``.

@@ -93,7 +93,7 @@ async def wait_until(what: str, check: Callable[[], Awaitable[bool]], timeout: f
 
 def deployment_config(partitions: int) -> Any:
     """A deployment of its own for one test: a unique topic prefix on the test broker."""
-    from memstream.streams.kafka_log import KafkaConfig
+    from memstream.streams.log.kafka import KafkaConfig
 
     return KafkaConfig(
         bootstrap=BOOTSTRAP,
@@ -105,7 +105,7 @@ def deployment_config(partitions: int) -> Any:
 
 async def drop_topics(prefix: str) -> None:
     """Delete every topic a test's deployment created."""
-    from memstream.streams.kafka_log import delete_topics_with_prefix
+    from memstream.streams.log.kafka import delete_topics_with_prefix
 
     await delete_topics_with_prefix(BOOTSTRAP, prefix)
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from integration.broker import deployment_config, drop_topics, require_broker
-from memstream.streams.kafka_log import KafkaConfig
+from memstream.streams.log.kafka import KafkaConfig
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Access control in Kafka mode (docs/security.md, api/kafka_acl.py): the embedded suite's
+"""Access control in Kafka mode (docs/security.md, api/kafka/router/gate.py): the embedded suite's
 matrix (tests/test_acl.py) through `memstream serve --kafka` (HTTP and MCP at /mcp) and
 `memstream mcp --kafka` (stdio) in front of two `memstream worker` processes on the real broker.
 
@@ -30,10 +30,10 @@ from conftest import ServerThread, free_port
 from test_acl import ACL, EXPECTED, TOKENS, TokenHttpFace, TokenMcpFace, assert_denied, unique, write_acl
 
 from integration.broker import BOOTSTRAP, deployment_config, drop_topics, require_broker, stop_processes
-from memstream.api.settings import load_settings
-from memstream.streams.kafka_log import KafkaConfig, KafkaLog
-from memstream.streams.log import partition_for
-from memstream.streams.sqlite_log import SqliteLog
+from memstream.api.services.settings import load_settings
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog
+from memstream.streams.log.port import partition_for
+from memstream.streams.log.sqlite import SqliteLog
 
 pytestmark = [pytest.mark.kafka]
 
@@ -359,7 +359,7 @@ async def test_admin_tools_need_the_admin_grant(as_client: Any, deployment: Depl
 
 
 async def test_file_transfers_need_the_admin_grant(as_client: Any, deployment: Deployment) -> None:
-    """export / import / merge are answered by the router itself (api/kafka_transfer.py), after
+    """export / import / merge are answered by the router itself (api/kafka/router/transfers.py), after
     the same grant check as every call: denied and audited without the admin grant; an admin's
     calls work, the file under the router's export directory."""
     kind = as_client.kind
@@ -443,7 +443,7 @@ async def test_health_and_context_routes_are_subject_to_grants(deployment: Deplo
 async def test_workers_answer_only_callers_with_the_worker_token(deployment: Deployment) -> None:
     """Defence in depth: a worker with MEMSTREAM_WORKER_TOKEN refuses whoever goes around the
     router (and its grant checks); the router presents the token."""
-    from memstream.api.kafka_router import Owners
+    from memstream.api.kafka.router.app import Owners
 
     owners = Owners(deployment.cfg)
     await owners.start()

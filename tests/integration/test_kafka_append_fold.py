@@ -1,5 +1,5 @@
 """Fold-on-append on the real broker: a worker's faust agent folds its read models as it
-appends (api/kafka_append_fold.py), before it replies; the node's tail consumer leaves a partition
+appends (api/kafka/worker/append_fold.py), before it replies; the node's tail consumer leaves a partition
 the agent feeds paused, and takes it back, from the models' own offset, whenever the agent
 cannot feed it (a checkpoint holding the models, a batch it was not handed, a fold that failed). Whichever folded
 what, the models equal a replay of the topic."""
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from integration.test_kafka_commands import store
-from memstream.api.kafka_node import Node
-from memstream.api.kafka_replay import rebuild_partitions
-from memstream.api.settings import Settings
-from memstream.streams.kafka_decider import KafkaDecider
-from memstream.streams.kafka_log import KafkaConfig, KafkaLog, ensure_topics
-from memstream.streams.log import Committed, partition_for
-from memstream.streams.runner import digest_of
+from memstream.api.kafka.worker.node import Node
+from memstream.api.kafka.worker.replay import rebuild_partitions
+from memstream.api.services.settings import Settings
+from memstream.projections.runner import digest_of
+from memstream.streams.deciders.kafka import KafkaDecider
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
+from memstream.streams.log.port import Committed, partition_for
 
 pytestmark = [pytest.mark.kafka]
 

@@ -18,11 +18,11 @@ import pytest
 from faces import HttpFace
 
 from integration.test_kafka_mode import AGENTS, PROCS, TOPICS, Deployment, reads, stable
-from memstream.api import kafka_checkpoints as checkpoints
-from memstream.api.kafka_replay import rebuild_partitions
-from memstream.api.kafka_router import Owners
-from memstream.streams.kafka_log import KafkaConfig, events_end_offsets
-from memstream.streams.log import partition_for
+from memstream.api.kafka.router.app import Owners
+from memstream.api.kafka.worker import checkpoints
+from memstream.api.kafka.worker.replay import rebuild_partitions
+from memstream.streams.log.kafka import KafkaConfig, events_end_offsets
+from memstream.streams.log.port import partition_for
 from memstream.streams.snapshots import SnapshotStore
 
 pytestmark = [pytest.mark.kafka]

@@ -20,10 +20,10 @@ import pytest
 
 from integration.broker import stop_processes
 from memstream.streams import commands as c
+from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.events import Actor, AuditRecord, Embedding, Scope, decode, new_id
-from memstream.streams.kafka_bus import KafkaCommandBus
-from memstream.streams.kafka_log import KafkaConfig, KafkaLog
-from memstream.streams.log import LogUnavailable
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog
+from memstream.streams.log.port import LogUnavailable
 
 pytestmark = [pytest.mark.kafka]
 

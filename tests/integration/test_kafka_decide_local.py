@@ -9,10 +9,10 @@ import asyncio
 import pytest
 
 from integration.test_kafka_commands import all_events, store
-from memstream.streams.kafka_codec import encode_command
-from memstream.streams.kafka_decider import Incoming, KafkaDecider, NotOwned, fold_partition
-from memstream.streams.kafka_log import KafkaConfig, KafkaLog, ensure_topics
-from memstream.streams.log import partition_for
+from memstream.streams.buses.codec import encode_command
+from memstream.streams.deciders.kafka import Incoming, KafkaDecider, NotOwned, fold_partition
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
+from memstream.streams.log.port import partition_for
 
 pytestmark = [pytest.mark.kafka]
 

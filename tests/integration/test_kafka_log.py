@@ -20,8 +20,8 @@ from integration.broker import (
 from memstream.streams import commands as c
 from memstream.streams.decision import DecideContext, DecisionState, Limits, decide
 from memstream.streams.events import Actor, Embedding, Scope, decode
-from memstream.streams.kafka_log import KafkaConfig, KafkaLog, KafkaLogError, ensure_topics
-from memstream.streams.log import partition_for
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, KafkaLogError, ensure_topics
+from memstream.streams.log.port import partition_for
 
 pytestmark = [pytest.mark.kafka]
 

@@ -20,8 +20,8 @@ from conftest import ServerThread, free_port
 from faces import HttpFace, McpFace
 
 from integration.broker import stop_processes
-from memstream.api.settings import Settings
-from memstream.streams.kafka_log import KafkaConfig
+from memstream.api.services.settings import Settings
+from memstream.streams.log.kafka import KafkaConfig
 
 pytestmark = [pytest.mark.kafka]
 
@@ -187,8 +187,8 @@ async def test_every_agent_is_answered_after_a_worker_is_killed(deployment: Depl
 async def live_digests(cfg: KafkaConfig) -> dict[int, dict[str, Any]]:
     """Every partition's live read-model digests, from the workers that own them, once each
     worker has folded its partitions to the end of the events topic."""
-    from memstream.api.kafka_router import Owners
-    from memstream.streams.kafka_log import KafkaLog
+    from memstream.api.kafka.router.app import Owners
+    from memstream.streams.log.kafka import KafkaLog
 
     owners = Owners(cfg)
     await owners.start()

@@ -1,4 +1,4 @@
-"""A worker's partition log (api/kafka_partition_log.py) against the real broker: scattered
+"""A worker's partition log (api/kafka/worker/partition_log.py) against the real broker: scattered
 offsets read back exactly, instants mapped to offsets by the events' ``occurred_at`` as a
 linear scan would, per-agent reads and the audit refusal without an agent, and a read that
 cannot get its turn within the deadline failing as ``LogUnavailable``."""
@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from memstream.api.kafka_partition_log import KafkaPartitionLog
+from memstream.api.kafka.worker.partition_log import KafkaPartitionLog
 from memstream.api.tools.sanitize import InputError
-from memstream.streams.kafka_log import KafkaConfig, KafkaLog, ensure_topics
-from memstream.streams.log import LogUnavailable, partition_for
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
+from memstream.streams.log.port import LogUnavailable, partition_for
 
 pytestmark = [pytest.mark.kafka]
 

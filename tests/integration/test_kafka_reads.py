@@ -21,8 +21,8 @@ from faces import HttpFace, McpFace
 
 from integration.answers import PARTITIONS, CommandIds, sharing, stable_without  # noqa: F401  (conftest's cfg reads PARTITIONS)
 from integration.test_kafka_mode import Deployment
-from memstream.api.settings import Settings
-from memstream.streams.sqlite_log import SqliteLog
+from memstream.api.services.settings import Settings
+from memstream.streams.log.sqlite import SqliteLog
 
 pytestmark = [pytest.mark.kafka]
 

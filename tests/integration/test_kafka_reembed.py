@@ -13,7 +13,7 @@ from conftest import HashEmbedder, SecondHashEmbedder
 from faces import HttpFace
 
 from integration.test_kafka_mode import TOPICS, Deployment
-from memstream.streams.log import partition_for
+from memstream.streams.log.port import partition_for
 
 pytestmark = [pytest.mark.kafka]
 

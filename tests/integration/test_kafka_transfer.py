@@ -1,5 +1,5 @@
 """export_memories, import_memories and merge_memories in Kafka mode answer as the embedded
-server does (api/kafka_transfer.py).
+server does (api/kafka/router/transfers.py).
 
 One script of writes runs against an embedded server and against `memstream serve --kafka`
 with two `memstream worker` processes on the real broker; then the same transfers run on both
@@ -26,11 +26,11 @@ from faces import HttpFace, McpFace
 
 from integration.answers import PARTITIONS, CommandIds, sharing, stable_without
 from integration.test_kafka_mode import Deployment
-from memstream.api.kafka_router import Owners
-from memstream.api.settings import Settings
-from memstream.streams.kafka_log import KafkaConfig, KafkaLog
-from memstream.streams.log import partition_for
-from memstream.streams.sqlite_log import SqliteLog
+from memstream.api.kafka.router.app import Owners
+from memstream.api.services.settings import Settings
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog
+from memstream.streams.log.port import partition_for
+from memstream.streams.log.sqlite import SqliteLog
 
 pytestmark = [pytest.mark.kafka]
 

@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from conftest import HashEmbedder, SecondHashEmbedder
 
-from memstream.api.cli import main
-from memstream.streams.embedding import register_embedder
+from memstream.api.cli.commands import main
+from memstream.api.services.embedding import register_embedder
 
 if __name__ == "__main__":
     register_embedder(HashEmbedder.model_id, HashEmbedder)

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from conftest import SecondHashEmbedder
 
-from memstream.api.cli import main
-from memstream.streams.embedding import register_embedder
+from memstream.api.cli.commands import main
+from memstream.api.services.embedding import register_embedder
 
 
 class Slow(SecondHashEmbedder):

@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from conftest import HashEmbedder
 
-from memstream.api.http_app import create_app
-from memstream.api.settings import load_settings
+from memstream.api.faces.http import create_app
+from memstream.api.services.settings import load_settings
 
 if __name__ == "__main__":
     data_dir, port = sys.argv[1], int(sys.argv[2])

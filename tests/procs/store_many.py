@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import HashEmbedder
 
 from memstream.api import tools as _tools  # noqa: F401
-from memstream.api.engine import Engine
-from memstream.api.settings import load_settings
+from memstream.api.services.engine import Engine
+from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
 

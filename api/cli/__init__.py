@@ -1,0 +1,1 @@
+"""The ``memstream`` command: the composition root that starts every face and process."""

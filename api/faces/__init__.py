@@ -1,0 +1,1 @@
+"""Faces: HTTP, MCP and the audit page, translating wire formats into tool calls."""

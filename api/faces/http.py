@@ -1,0 +1,232 @@
+"""The HTTP face: a JSON API over the tool registry, its OpenAPI spec, and MCP at ``/mcp``.
+
+Each tool is ``POST /v1/tools/<name>`` with the tool's arguments as the JSON body; the body is
+handed to the same ``dispatch`` the MCP face uses, so both faces accept and refuse exactly the
+same inputs with exactly the same answers. The OpenAPI document is generated from the same
+argument models. Failures keep the tool's JSON shape and add an HTTP status that says what
+kind of failure it was; no input produces a 500.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
+
+from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
+from memstream.api.faces.audit_page import add_audit_routes
+from memstream.api.faces.auth import BearerAuth, scope_caller
+from memstream.api.services.acl import load_configured
+from memstream.api.services.embedding import Embedder
+from memstream.api.services.engine import Engine
+from memstream.api.services.metrics import CONTENT_TYPE_LATEST, FACE
+from memstream.api.services.settings import Settings
+from memstream.api.tools.dispatch import failure, refuse, run_tool
+from memstream.api.tools.registry import REGISTRY, Caller, Tool
+
+log = logging.getLogger(__name__)
+
+# The HTTP status of each failure code ``run_tool`` reports.
+STATUS = {
+    "invalid": 400,
+    "unknown_tool": 404,
+    "not_found": 404,
+    "permission_denied": 403,
+    "locked": 409,
+    "conflict": 409,
+    "too_large": 413,
+    "log_unavailable": 503,
+    "embedding_unavailable": 503,
+    "internal": 500,
+}
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def caller_of(request: Request) -> Caller:
+    session = (request.headers.get("x-session-id") or "")[:256]
+    authenticated = scope_caller(request.scope, session)  # ACL mode: the token's client, nothing else
+    if authenticated is not None:
+        return authenticated
+    client = request.headers.get("x-client-id") or "anonymous"
+    return Caller(client_id=client[:256], session_id=session)
+
+
+# Routes outside /v1/tools that serve one tool each, under the path its source names
+# (seed 002's ``POST /context/packet``; the token-budgeted package beside it).
+TOOL_ROUTES = {"/context/packet": "context_packet", "/context/package": "context_package"}
+
+
+async def call_tool(request: Request) -> Response:
+    """``POST /v1/tools/{name}``: the body is the tool's arguments, handed to ``run_tool``."""
+    name = request.path_params.get("name") or TOOL_ROUTES[request.url.path]
+    raw = await request.body()
+    try:
+        args = orjson.loads(raw) if raw.strip() else {}
+    except orjson.JSONDecodeError as exc:
+        args = _with_lone_surrogates(raw, exc)
+        if args is None:  # refused and audited like any bad call (H4)
+            body = await refuse(
+                request.app.state.engine, caller_of(request), name, raw[:512], f"invalid JSON body: {exc}"
+            )
+            return json_response(body, 400)
+    key = request.headers.get("idempotency-key")
+    tool = REGISTRY.get(name)
+    if key and tool is not None and tool.writes and isinstance(args, dict) and "command_id" not in args:
+        args["command_id"] = key  # the HTTP spelling of a command id (W9)
+    FACE.set("http")
+    body, code = await run_tool(request.app.state.engine, caller_of(request), name, args)
+    return json_response(body, 200 if code is None else STATUS.get(code, 400))
+
+
+# Nested argument models, referenced from the tools' request bodies as components/schemas
+# (pydantic's default ``#/$defs/...`` refs would dangle: they point at the document's root).
+REF_TEMPLATE = "#/components/schemas/{model}"
+
+
+def _body_schema(tool: Tool, components: dict[str, Any]) -> dict[str, Any]:
+    schema = tool.args.model_json_schema(ref_template=REF_TEMPLATE)
+    for name, sub in schema.pop("$defs", {}).items():
+        if components.setdefault(name, sub) != sub:
+            raise ValueError(f"two argument models named {name} differ; rename one")
+    return schema
+
+
+def _with_components(app: FastAPI, components: dict[str, Any]) -> None:
+    """Add the collected nested models to the generated OpenAPI document."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = generate()
+            spec.setdefault("components", {}).setdefault("schemas", {}).update(components)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _with_lone_surrogates(raw: bytes, exc: orjson.JSONDecodeError) -> Any:
+    """A body orjson refused only for a lone surrogate escape (``"\\udfff"``), parsed anyway so
+    dispatch refuses it by name, as the MCP face does; None for anything else."""
+    if "surrogate" not in str(exc):
+        return None
+
+    def no_constants(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        return json.loads(raw, parse_constant=no_constants)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _document_tool(app: FastAPI, tool: Tool, path: str | None = None, components: dict[str, Any] | None = None) -> None:
+    """The tool's entry in the OpenAPI document. Requests are served by ``call_tool`` (a plain
+    Starlette route placed first): FastAPI's per-request machinery is not on the hot path."""
+    app.add_api_route(
+        path or f"/v1/tools/{tool.name}",
+        call_tool,
+        methods=["POST"],
+        name=f"{tool.name} ({path})" if path else tool.name,
+        summary=tool.description.split("\n", 1)[0][:120],
+        description=tool.description,
+        tags=["admin" if tool.admin else "writes" if tool.writes else "reads"],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": _body_schema(tool, {} if components is None else components)}
+                },
+            }
+        },
+    )
+
+
+def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp: bool = True) -> FastAPI:
+    """The ASGI app; its lifespan opens and closes the engine."""
+    acl = load_configured(settings)  # a malformed ACL file stops here (AclConfigError)
+    eng = Engine(settings, embedder=embedder)
+    eng.acl = acl
+    mcp_app = mcp_lifespan = None
+    if with_mcp:
+        from memstream.api.faces.mcp import streamable_http_app
+
+        mcp_app, mcp_lifespan = streamable_http_app(eng)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await eng.start()
+        app.state.engine = eng
+        try:
+            if mcp_lifespan is not None:
+                async with mcp_lifespan():
+                    yield
+            else:
+                yield
+        finally:
+            await eng.close()
+
+    app = FastAPI(
+        title="memstream",
+        version="0.1.0",
+        description="Event-sourced memory for fleets of AI agents. Every tool is also served over MCP at /mcp.",
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        return json_response(failure(f"invalid request: {exc.errors()[:3]}"), 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return json_response(failure(str(exc.detail)), exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s", request.url.path)
+        return json_response(failure("internal error; the server log has the details"), 500)
+
+    app.router.routes.insert(0, Route("/v1/tools/{name}", call_tool, methods=["POST"], include_in_schema=False))
+    components: dict[str, Any] = {}
+    for tool in sorted(REGISTRY.values(), key=lambda t: t.name):
+        _document_tool(app, tool, components=components)
+    for path, name in TOOL_ROUTES.items():
+        app.router.routes.insert(0, Route(path, call_tool, methods=["POST"], include_in_schema=False))
+        _document_tool(app, REGISTRY[name], path, components=components)
+    _with_components(app, components)
+
+    @app.get("/health", tags=["reads"])
+    async def health(request: Request) -> Response:
+        body, code = await run_tool(request.app.state.engine, caller_of(request), "check_health", {})
+        if code == "permission_denied":
+            return json_response(body, 403)
+        # degraded still serves (a load balancer keeps it); only unhealthy (or a failure) is 503
+        return json_response(body, 200 if body.get("status") in ("ok", "healthy", "degraded") else 503)
+
+    @app.get("/metrics", tags=["reads"], summary="Prometheus metrics (text exposition format)")
+    async def metrics(request: Request) -> Response:
+        return Response(request.app.state.engine.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse("<p>memstream: see <a href='/docs'>/docs</a>; MCP at /mcp</p>")
+
+    add_audit_routes(app)  # GET /audit, /audit/memory/{ref}: the timeline page for people
+
+    if mcp_app is not None:
+        # A Route (not a Mount) so that POST /mcp itself is served, not redirected to /mcp/.
+        app.router.routes.append(Route("/mcp", endpoint=mcp_app, include_in_schema=False))
+    if acl is not None:
+        app.add_middleware(BearerAuth, acl=acl)  # outermost: nothing is served before the token is checked
+    return app

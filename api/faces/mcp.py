@@ -1,0 +1,598 @@
+"""The MCP face: every registered tool over MCP, on stdio and on streamable HTTP.
+
+The face holds no logic of its own. ``tools/list`` is :func:`memstream.api.tools.dispatch.list_tools`
+verbatim, and ``tools/call`` hands the tool name and the raw arguments to
+:func:`memstream.api.tools.dispatch.dispatch`. The dict that comes back goes out as one
+``TextContent`` whose text is that dict as JSON, the way CPersona answers. Nothing is validated
+before dispatch does it. The low-level SDK server does not check arguments against
+``inputSchema``. Arguments that are not a JSON object are passed through as they came (see
+``_keep_raw_arguments``). So are arguments whose strings carry unpaired surrogates, which the
+SDK's JSON parser would refuse (see ``rescue_frame``). An unknown tool name is dispatch's to
+refuse. So every bad call gets the documented failure shape (``ok: false`` + ``error``, W7/W8)
+and never a protocol error. Tool-level failures are not flagged ``isError``: the dict says it
+all (seed 000 §10), and CPersona 2.6 leaves ``isError`` false on them too
+(tests/fixtures/cpersona/responses.json).
+
+stdio::
+
+    python -m memstream.api.faces.mcp        # or: memstream mcp
+
+It reads settings from ``MEMSTREAM_*`` (``MEMSTREAM_DATA_DIR``, ``MEMSTREAM_EMBEDDER`` ...) and
+serves until stdin closes, then closes the engine (which checkpoints the projections). The
+caller is ``MEMSTREAM_CLIENT_ID`` (default ``stdio``). Logs go to stderr. While serving, fd 1 is
+pointed at stderr by the SDK, so nothing but protocol frames can reach stdout.
+
+Streamable HTTP, inside the FastAPI app that owns the engine::
+
+    from starlette.routing import Route
+    from memstream.api.faces.mcp import streamable_http_app
+
+    engine = Engine(settings)                        # started/closed by the lifespan below
+    mcp_app, mcp_lifespan = streamable_http_app(engine)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await engine.start()
+        try:
+            async with mcp_lifespan():               # after engine.start(), before engine.close()
+                yield
+        finally:
+            await engine.close()
+
+    app = FastAPI(lifespan=lifespan)
+    app.router.routes.append(Route("/mcp", endpoint=mcp_app, include_in_schema=False))
+
+Route it with ``Route("/mcp", endpoint=mcp_app)`` (or ``app.add_route("/mcp", mcp_app)``).
+A Starlette ``Route`` whose endpoint is not a function treats it as a raw ASGI app and takes
+every method. Don't use ``app.mount("/mcp", mcp_app)``: a Mount only matches ``/mcp/...``, so
+``POST /mcp`` gets a 307 redirect to ``/mcp/``. The SDK's own client follows that redirect,
+but other MCP clients need not. The app answers on any path it is routed at, so a mount still
+works behind the redirect. ``mcp_lifespan()`` must be entered exactly once per app run (it
+runs the SDK's session manager). Requests that arrive outside it get a 503.
+
+The HTTP side is stateless and answers in JSON (no SSE, no ``Mcp-Session-Id``). Both protocol
+eras are served: the legacy ``initialize`` handshake (2025-xx versions) and the 2026-07-28
+single-exchange requests. Without an ACL file the caller comes from ``Authorization: Bearer
+<token>``, else ``X-Client-Id``, else ``anonymous`` (the value is passed through as the client
+id). With ``MEMSTREAM_ACL_FILE`` the host app's middleware (api/faces/auth.py) has already refused
+unknown tokens, and the caller is the client the token names; on stdio it is the ``local``
+principal (docs/security.md). Host/Origin checking (DNS-rebinding protection) accepts loopback only:
+``127.0.0.1``, ``localhost`` and ``[::1]``, with or without a port. Pass ``host=`` (the bind
+address) or ``allowed_hosts=`` when serving a non-loopback interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import replace
+from importlib import metadata
+from typing import Any, cast
+
+import anyio
+import mcp_types as types
+import orjson
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+from starlette.types import Message, Receive, Scope, Send
+
+import memstream.api.tools  # noqa: F401  (the package imports, and so registers, every tool)
+from memstream.api.faces.auth import scope_caller
+from memstream.api.services.metrics import FACE
+from memstream.api.tools.dispatch import dispatch, failure, list_tools
+from memstream.api.tools.registry import Caller
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "memstream"
+
+CallerFactory = Callable[[Any], Caller]
+"""Who is calling: gets the Starlette ``Request`` of an HTTP call (``None`` on stdio).
+
+Raise ``PermissionError`` to refuse the call; it is answered with the permission-denied shape.
+"""
+
+_MAX_CLIENT_ID = 256
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+_ABSENT: Any = object()
+# The raw ``arguments`` of a tools/call the SDK would refuse (see _keep_raw_arguments).
+_RAW_ARGUMENTS: ContextVar[Any] = ContextVar("memstream_mcp_raw_arguments", default=_ABSENT)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("memstream")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0"
+
+
+# -- callers ------------------------------------------------------------------------------------
+
+
+def _clean_id(value: str | None) -> str | None:
+    """A header value usable as a client id, or None: trimmed, printable, bounded."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value or len(value) > _MAX_CLIENT_ID or not value.isprintable():
+        return None
+    return value
+
+
+def caller_from_headers(headers: Mapping[str, str] | None) -> Caller:
+    """``Authorization: Bearer <token>``, else ``X-Client-Id``, else ``anonymous``.
+
+    The token is passed through as the client id for now. Mapping tokens to identities is the
+    ACL's job, and so is checking them.
+    """
+    if not headers:
+        return Caller(client_id="anonymous")
+    client_id = None
+    auth = headers.get("authorization")
+    if auth is not None:
+        scheme, _, token = auth.strip().partition(" ")
+        if scheme.lower() == "bearer":
+            client_id = _clean_id(token)
+    if client_id is None:
+        client_id = _clean_id(headers.get("x-client-id"))
+    session = _clean_id(headers.get("mcp-session-id")) or _clean_id(headers.get("x-session-id")) or ""
+    return Caller(client_id=client_id or "anonymous", session_id=session)
+
+
+def http_caller(request: Any) -> Caller:
+    """The default caller factory of the HTTP face: in ACL mode the client the bearer token
+    named (api/faces/auth.py), else :func:`caller_from_headers`."""
+    caller = caller_from_headers(getattr(request, "headers", None))
+    authenticated = scope_caller(getattr(request, "scope", None), caller.session_id)
+    return authenticated if authenticated is not None else caller
+
+
+def stdio_caller_factory(env: Mapping[str, str] | None = None) -> CallerFactory:
+    """Every call on one stdio connection comes from ``MEMSTREAM_CLIENT_ID`` (default ``stdio``).
+
+    In ACL mode use :func:`memstream.api.faces.auth.stdio_caller` instead: the ``local`` principal."""
+    source = os.environ if env is None else env
+    caller = Caller(
+        client_id=_clean_id(source.get("MEMSTREAM_CLIENT_ID")) or "stdio",
+        session_id=f"stdio-{uuid.uuid4().hex}",
+    )
+    return lambda _request: caller
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+def encode_result(result: Any) -> str:
+    """The JSON text of a dispatch result; never raises."""
+    try:
+        return orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        pass
+    try:
+        # orjson refuses lone surrogates (an echo of a bad input); stdlib JSON escapes them.
+        return json.dumps(result, ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        log.error("tool result is not JSON-serializable: %s", exc)
+        return orjson.dumps(failure("internal error; the server log has the details")).decode()
+
+
+def _text_result(result: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=encode_result(result))], is_error=False)
+
+
+# -- frames the SDK's strict JSON parser would refuse ------------------------------------------
+#
+# JSON lets a string carry an unpaired surrogate as an escape ("\udfff"). Such a string is not
+# valid Unicode, and the SDK's JSON parser refuses the whole frame. On stdio the frame is then
+# dropped without an answer and the client waits forever; on legacy HTTP it gets a 400 parse
+# error. A tools/call whose arguments carry one is bad input, which is dispatch's to refuse
+# and audit (W8, H4). rescue_frame() rewrites such a frame before the SDK parses it. The
+# arguments are parked in _STASH and replaced by {}, and a token in params._meta lets
+# _keep_raw_arguments hand the parked arguments to dispatch. Unpaired surrogates anywhere else
+# in the frame are backslash-escaped, so the request is answered rather than dropped.
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # \ud800 ... \udfff
+_STASH_KEY = "memstream/raw-arguments"
+_STASH: dict[str, Any] = {}
+_STASH_LIMIT = 1024
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return any("\ud800" <= ch <= "\udfff" for ch in value)
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    return False
+
+
+def _escape_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8") if _has_lone_surrogate(value) else value
+    if isinstance(value, dict):
+        return {_escape_surrogates(k): _escape_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escape_surrogates(v) for v in value]
+    return value
+
+
+def rescue_frame(text: str) -> str | None:
+    """The rewritten JSON-RPC frame if ``text`` carries unpaired surrogates, else None (leave it)."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return None
+    try:
+        msg = json.loads(text)  # unlike the SDK's parser, the stdlib accepts unpaired surrogates
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(msg, dict) or not _has_lone_surrogate(msg):
+        return None
+    params = msg.get("params")
+    if msg.get("method") == "tools/call" and isinstance(params, dict) and _has_lone_surrogate(params.get("arguments")):
+        while len(_STASH) >= _STASH_LIMIT:  # parked arguments of calls that never reached a handler
+            _STASH.pop(next(iter(_STASH)))
+        token = uuid.uuid4().hex
+        _STASH[token] = params["arguments"]
+        meta = params.get("_meta")
+        params = {**params, "arguments": {}, "_meta": {**(meta if isinstance(meta, dict) else {}), _STASH_KEY: token}}
+        msg = {**msg, "params": params}
+    return json.dumps(_escape_surrogates(msg))
+
+
+class _RescuingLines:
+    """stdin lines for the SDK's stdio reader, with rescue_frame() applied."""
+
+    def __init__(self, lines: Any) -> None:
+        self._lines = lines
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._gen()
+
+    async def _gen(self) -> AsyncIterator[str]:
+        async for line in self._lines:
+            fixed = rescue_frame(line)
+            yield line if fixed is None else fixed + "\n"
+
+
+async def _keep_raw_arguments(ctx: Any, call_next: Any) -> Any:
+    """Let ``tools/call`` arguments the SDK would refuse reach dispatch as they came.
+
+    The SDK validates request params against the protocol schema before the handler runs. If
+    ``arguments`` is a list, a string or a number, the client would get an INVALID_PARAMS
+    protocol error instead of the tool's failure shape. So this middleware swaps in ``{}`` for
+    the SDK's check and hands the original to the handler through a context variable. It does
+    the same for arguments that rescue_frame() parked.
+    """
+    params = ctx.params
+    if ctx.method == "tools/call" and isinstance(params, Mapping):
+        raw = params.get("arguments")
+        meta = params.get("_meta")
+        token = meta.get(_STASH_KEY) if isinstance(meta, Mapping) else None
+        if isinstance(token, str) and isinstance(meta, Mapping):
+            raw = _STASH.pop(token, raw)
+            params = {**params, "_meta": {k: v for k, v in meta.items() if k != _STASH_KEY}}
+        elif raw is None or isinstance(raw, Mapping):
+            return await call_next(ctx)
+        reset = _RAW_ARGUMENTS.set(raw)
+        try:
+            return await call_next(replace(ctx, params={**params, "arguments": {}}))
+        finally:
+            _RAW_ARGUMENTS.reset(reset)
+    return await call_next(ctx)
+
+
+# Runs one tool call somewhere else (Kafka mode: on the worker owning the agent) and answers
+# the tool's JSON body, as ``dispatch`` does locally.
+RemoteCall = Callable[[Caller, str, Any], Awaitable[dict[str, Any]]]
+
+
+def build_server(
+    engine: Any, caller_factory: CallerFactory | None = None, *, call: RemoteCall | None = None
+) -> Server[Any]:
+    """A low-level MCP server over the tool registry: list_tools() and dispatch(), nothing else
+    (or ``call`` instead of dispatch, for a router that runs tools on other processes)."""
+    callers = caller_factory or http_caller
+
+    async def on_list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in list_tools()])
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        raw = _RAW_ARGUMENTS.get()
+        arguments = params.arguments if raw is _ABSENT else raw
+        try:
+            caller = callers(ctx.request)
+        except PermissionError:
+            return _text_result(failure("permission_denied", tool=params.name, client_id="anonymous"))
+        except Exception:
+            log.exception("caller factory failed for tool %s", params.name)
+            return _text_result(failure("internal error; the server log has the details"))
+        FACE.set("mcp")
+        try:
+            if call is not None:
+                result = await call(caller, params.name, arguments)
+            else:
+                result = await dispatch(engine, caller, params.name, arguments)
+        except Exception:  # dispatch never raises; a bug there must still not become a protocol error
+            log.exception("dispatch raised for tool %s", params.name)
+            result = failure("internal error; the server log has the details")
+        return _text_result(result)
+
+    server: Server[Any] = Server(
+        SERVER_NAME,
+        version=_version(),
+        instructions="memstream: event-sourced memory for AI agents. Every tool answers JSON text; "
+        "treat any answer carrying `error` as a failure.",
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+        # The 2026-07-28 HTTP path checks Mcp-Param-* headers against a tool's x-mcp-header
+        # annotations before dispatch. memstream advertises none. Answering None skips that
+        # check, so nothing pre-empts dispatch, and stops the SDK re-running tools/list on
+        # every call to find the schema.
+        get_tool_input_schema=lambda _name: None,
+    )
+    server.middleware.append(_keep_raw_arguments)
+    return server
+
+
+# -- stdio --------------------------------------------------------------------------------------
+
+
+async def run_stdio(
+    engine_settings: Any = None, *, caller_factory: CallerFactory | None = None, kafka: Any = None
+) -> None:
+    """Serve MCP over this process's stdin/stdout until stdin closes; then close the engine.
+
+    With ``kafka`` (a ``KafkaConfig``) there is no local engine: every tool call is forwarded
+    to the worker owning its agent, as ``memstream serve --kafka`` does for HTTP; in ACL mode
+    the router checks the ``local`` principal's grants before forwarding, as dispatch does here.
+
+    SIGTERM/SIGINT stop the server the same way. The SDK reads stdin on a worker thread that
+    cannot be interrupted, so if stdin is still open one second after the signal, the process
+    exits as soon as the engine is closed: every acknowledged write is already in the log.
+    """
+    from mcp.server.stdio import stdio_server
+
+    from memstream.api.faces.auth import stdio_caller
+    from memstream.api.services.acl import load_configured
+    from memstream.api.services.engine import Engine
+    from memstream.api.services.settings import load_settings
+
+    settings = engine_settings if engine_settings is not None else load_settings()
+    acl = load_configured(settings)  # a malformed ACL file stops here (AclConfigError)
+    if caller_factory is not None:
+        callers = caller_factory
+    elif acl is not None:
+        # ACL mode: the stdio peer is whoever spawned this process; it is CPersona's reserved
+        # ``local`` principal, with the grants of the file's ``local`` row (none without one).
+        local = stdio_caller(f"stdio-{uuid.uuid4().hex}")
+        callers = lambda _request: local  # noqa: E731
+    else:
+        callers = stdio_caller_factory()
+    engine: Any
+    remote: RemoteCall | None = None
+    if kafka is not None:
+        from memstream.api.kafka.router.app import RouterEngine
+
+        engine = RouterEngine(kafka, acl=acl, settings=settings)  # the router checks grants (api/kafka/router/gate.py)
+        remote = engine.router.call
+    else:
+        engine = Engine(settings)
+        engine.acl = acl
+
+    async def serve() -> None:
+        # Claim stdin/stdout first: from here on fd 1 points at stderr, so nothing the engine
+        # prints while it starts can corrupt the protocol stream.
+        async with stdio_server(stdin=cast(Any, _RescuingLines(_stdin_lines()))) as (read_stream, write_stream):
+            await engine.start()
+            server = build_server(engine, callers, call=remote)
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or not POSIX
+            pass
+
+    serving = asyncio.ensure_future(serve())
+    stopping = asyncio.ensure_future(stop.wait())
+    stuck = False
+    try:
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not serving.done():
+            log.info("signal received: stopping the stdio server")
+            serving.cancel()
+            await asyncio.wait({serving}, timeout=1.0)
+            stuck = not serving.done()
+        elif not serving.cancelled():
+            serving.result()  # a crash of the server loop propagates (after the engine closes)
+    finally:
+        stopping.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await engine.close()
+        log.info("engine closed")
+    if stuck:
+        log.info("stdin is still open; exiting")
+        logging.shutdown()
+        os._exit(0)
+
+
+def _stdin_lines() -> Any:
+    """stdin as the SDK's stdio reader takes it: UTF-8 text lines read on a worker thread.
+
+    It reads a duplicate of fd 0, so closing it never closes the process's own stdin.
+    """
+    try:
+        raw: Any = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+    except (AttributeError, OSError, ValueError):
+        raw = sys.stdin.buffer
+    return anyio.wrap_file(io.TextIOWrapper(raw, encoding="utf-8", errors="replace"))
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=os.environ.get("MEMSTREAM_LOG_LEVEL", "INFO").upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from memstream.api.services.acl import AclConfigError
+
+    try:
+        asyncio.run(run_stdio())
+    except AclConfigError as exc:
+        log.error("refusing to start: %s", exc)
+        sys.exit(1)
+
+
+# -- streamable HTTP ----------------------------------------------------------------------------
+
+
+def _loopback_security() -> TransportSecuritySettings:
+    hosts = [*_LOOPBACK_HOSTS, *(f"{h}:*" for h in _LOOPBACK_HOSTS)]
+    origins = [f"{scheme}://{h}{port}" for scheme in ("http", "https") for h in _LOOPBACK_HOSTS for port in ("", ":*")]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+class McpHttpApp:
+    """ASGI app serving MCP streamable HTTP (stateless, JSON responses) over one engine.
+
+    Route it at ``/mcp`` and run :meth:`lifespan` inside the host app's lifespan (see the
+    module docstring).
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        caller_factory: CallerFactory | None = None,
+        *,
+        host: str = "127.0.0.1",
+        allowed_hosts: Sequence[str] | None = None,
+        allowed_origins: Sequence[str] | None = None,
+        max_request_body_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
+        call: RemoteCall | None = None,
+    ) -> None:
+        self.engine = engine
+        self.call = call
+        self.caller_factory = caller_factory or http_caller
+        self.max_request_body_size = max_request_body_size
+        if allowed_hosts is not None:
+            self.security: TransportSecuritySettings | None = TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=list(allowed_hosts),
+                allowed_origins=list(allowed_origins or _loopback_security().allowed_origins),
+            )
+        elif host in ("127.0.0.1", "localhost", "::1", "[::1]"):
+            self.security = _loopback_security()
+        else:
+            # Bound to a routable interface without a host list: no Host/Origin check (as the SDK).
+            self.security = None
+        self._manager: StreamableHTTPSessionManager | None = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, engine: Any = None) -> AsyncIterator[None]:
+        """Run the MCP session manager; enter once per app run, with the engine started."""
+        if engine is not None:
+            self.engine = engine
+        if self.engine is None and self.call is None:
+            raise RuntimeError("McpHttpApp needs an engine (or a remote call)")
+        manager = StreamableHTTPSessionManager(
+            app=build_server(self.engine, self.caller_factory, call=self.call),
+            json_response=True,
+            stateless=True,
+            security_settings=self.security,
+            max_request_body_size=self.max_request_body_size,
+        )
+        async with manager.run():
+            self._manager = manager
+            try:
+                yield
+            finally:
+                self._manager = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1000})
+            return  # lifespan: the host app's lifespan runs ours (see the module docstring)
+        manager = self._manager
+        if manager is None:
+            body = orjson.dumps(
+                {"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": "MCP endpoint not running"}}
+            )
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 503,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        if scope.get("method") == "POST":
+            scope, receive = await self._rescued(scope, receive)
+        await manager.handle_request(scope, receive, send)
+
+    async def _rescued(self, scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
+        """The request with rescue_frame() applied to its body (read here, replayed to the SDK)."""
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        trailing: list[Message] = []
+        while more and size <= self.max_request_body_size:
+            message = await receive()
+            if message["type"] != "http.request":
+                trailing.append(message)
+                break
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            more = bool(message.get("more_body", False))
+        body = b"".join(chunks)
+        if not more and not trailing and _SURROGATE_ESCAPE.search(body.decode("latin-1")):
+            try:
+                fixed = rescue_frame(body.decode("utf-8"))
+            except UnicodeDecodeError:
+                fixed = None
+            if fixed is not None:
+                body = fixed.encode("utf-8")
+                headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
+                scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+        # Over the size limit: replayed as it came, for the SDK to refuse with a 413.
+        queue: list[Message] = [{"type": "http.request", "body": body, "more_body": more}, *trailing]
+
+        async def replay() -> Message:
+            return queue.pop(0) if queue else await receive()
+
+        return scope, replay
+
+
+def streamable_http_app(
+    engine: Any, caller_factory: CallerFactory | None = None, **options: Any
+) -> tuple[McpHttpApp, Callable[[], contextlib.AbstractAsyncContextManager[None]]]:
+    """``(asgi_app, lifespan)``: route ``asgi_app`` at ``/mcp``; ``async with lifespan():`` in the app's lifespan.
+
+    ``options`` go to :class:`McpHttpApp` (``host``, ``allowed_hosts``, ``allowed_origins``,
+    ``max_request_body_size``).
+    """
+    app = McpHttpApp(engine, caller_factory, **options)
+    return app, app.lifespan
+
+
+if __name__ == "__main__":
+    main()

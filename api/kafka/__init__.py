@@ -1,0 +1,1 @@
+"""Kafka mode's two processes: the router and the worker."""

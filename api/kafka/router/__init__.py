@@ -1,0 +1,1 @@
+"""The Kafka router: the faces of a deployment, routing each call to its agent's worker."""

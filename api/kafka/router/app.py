@@ -1,0 +1,433 @@
+"""The API process in Kafka mode: routes each tool call to the worker that owns its agent.
+
+A call names its agent (``agent_id``); the agent's partition (``partition_for``, the same CRC32
+mapping every process uses) is owned by one worker at a time, which announces itself on the
+compacted owners topic. The router tails that topic and forwards the call, body and caller
+headers unchanged, to the owner's ``POST /v1/tools/{name}``. When the owner is gone (killed,
+or the partition moved in a rebalance) the forward fails or answers ``421 not_owner``; the
+router waits for the next announcement and tries again until a deadline, so a call keeps being
+answered through a rebalance, only later. ``recall_fleet``, whose agents may live on several
+partitions, is split into one call per agent (``Router.fleet``).
+
+With an ACL file the router is where callers are authenticated and their grants enforced,
+before anything is forwarded; workers trust the client id the router names. Why, and the trust
+boundary that follows: api/kafka/router/gate.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from memstream.api.faces.auth import BearerAuth
+from memstream.api.faces.http import TOOL_ROUTES, caller_of, json_response
+from memstream.api.kafka.router.gate import OWNER_PATH, RouterGate, worker_headers
+from memstream.api.kafka.router.transfers import TRANSFER_TOOLS, KafkaTransfers
+from memstream.api.kafka.wire import PARTITION_HEADER, route_partition
+from memstream.api.services.acl import AclConfig
+from memstream.api.services.settings import Settings
+from memstream.api.tools.dispatch import failure, validated
+from memstream.api.tools.reads import LIST_CAP
+from memstream.api.tools.registry import Caller
+from memstream.streams.log.kafka import KafkaConfig, ensure_topics
+from memstream.streams.log.port import LogUnavailable
+
+log = logging.getLogger(__name__)
+
+FORWARD_DEADLINE_S = 45.0
+# Listings that name no agent list every agent: answered by every partition's worker, merged.
+EVERY_AGENT_LISTINGS = {"list_memories": "memories", "list_episodes": "episodes"}
+# A re-embed of every agent runs on every partition's worker; its status is summed over them.
+REEMBED_TOOLS = frozenset({"reembed", "reembed_status"})
+FORWARDED_HEADERS = ("x-client-id", "x-session-id", "idempotency-key", "authorization")
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+class Owners:
+    """Partition → the URL of the worker that last announced it, from the owners topic."""
+
+    def __init__(self, cfg: KafkaConfig) -> None:
+        self.cfg = cfg
+        self.urls: dict[int, str] = {}
+        self.changed = asyncio.Event()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await ensure_topics(self.cfg)
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.cfg.bootstrap, group_id=None, enable_auto_commit=False, fetch_max_wait_ms=100
+        )
+        await self._consumer.start()
+        tps = [TopicPartition(self.cfg.owners_topic, p) for p in range(self.cfg.partitions)]
+        self._consumer.assign(tps)
+        await self._consumer.seek_to_beginning(*tps)
+        self._task = asyncio.create_task(self._run(), name="memstream-owners")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()
+
+    async def _run(self) -> None:
+        assert self._consumer is not None
+        while True:
+            batch = await self._consumer.getmany(timeout_ms=500)
+            for records in batch.values():
+                for rec in records:
+                    try:
+                        value = orjson.loads(rec.value or b"")
+                        self.urls[int(value["partition"])] = str(value["url"])
+                    except (ValueError, KeyError, TypeError):
+                        log.warning("unreadable owners record at offset %d", rec.offset)
+            if batch:
+                self.changed.set()
+
+    async def wait_change(self, timeout: float) -> None:
+        self.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), timeout)
+
+
+class Router:
+    """Forwards calls to the workers owning their partitions; in ACL mode (``acl``) it first
+    checks the caller's grants and audits denials (api/kafka/router/gate.py)."""
+
+    def __init__(
+        self,
+        cfg: KafkaConfig,
+        deadline_s: float = FORWARD_DEADLINE_S,
+        *,
+        acl: AclConfig | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.deadline_s = deadline_s
+        self.settings = settings
+        self.owners = Owners(cfg)
+        self._worker_headers = worker_headers(settings)
+        self._session: aiohttp.ClientSession | None = None
+        self.gate = RouterGate(acl, self) if acl is not None else None
+        self.transfers = KafkaTransfers(self)  # export / import / merge (api/kafka/router/transfers.py)
+
+    @property
+    def client(self) -> aiohttp.ClientSession:
+        """Keep-alive connections to the workers. aiohttp rather than httpx: forwarding is the
+        router's whole job, and httpx cost about three times the CPU per call here."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
+                timeout=aiohttp.ClientTimeout(total=60.0, sock_connect=2.0),
+                headers=self._worker_headers,
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
+
+    async def start(self) -> None:
+        await self.owners.start()
+        if self.gate is not None:
+            await self.gate.start()
+
+    async def close(self) -> None:
+        await self.transfers.close()
+        if self.gate is not None:
+            await self.gate.close()
+        await self.owners.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def forward(self, name: str, body: bytes, headers: dict[str, str], caller: Caller | None = None) -> Response:
+        try:
+            args = orjson.loads(body) if body.strip() else {}
+        except orjson.JSONDecodeError as exc:
+            return json_response(failure(f"invalid JSON body: {exc}"), 400)
+        status, content = await self.forward_raw(name, args, body, headers, caller)
+        return Response(content, status_code=status, media_type="application/json")
+
+    async def call(self, caller: Caller, name: str, args: Any) -> dict[str, Any]:
+        """One tool call for the MCP face: the JSON body the owning worker answered."""
+        headers = {"content-type": "application/json", "x-client-id": caller.client_id}
+        if caller.session_id:
+            headers["x-session-id"] = caller.session_id
+        _, content = await self.forward_raw(name, args, orjson.dumps(args), headers, caller)
+        body: dict[str, Any] = orjson.loads(content)
+        return body
+
+    async def health(self) -> dict[str, Any]:
+        """``check_health`` of a Kafka deployment, as this router sees it: one verdict, from
+        whether every partition has an owner that answers."""
+        issues: list[dict[str, Any]] = []
+        owners = dict(self.owners.urls)
+        missing = [p for p in range(self.cfg.partitions) if p not in owners]
+        if missing:
+            issues.append({"check": "owners", "severity": "critical", "detail": f"no worker owns partitions {missing}"})
+        answering = 0
+        for url in sorted(set(owners.values())):
+            try:
+                async with self.client.get(f"{url}/health", timeout=aiohttp.ClientTimeout(total=2.0)) as r:
+                    code = r.status
+                answering += code == 200
+                if code != 200:
+                    issues.append({"check": "workers", "severity": "warn", "detail": f"{url} answered {code}"})
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                issues.append({"check": "workers", "severity": "warn", "detail": f"{url}: {type(exc).__name__}"})
+        severities = {i["severity"] for i in issues}
+        status = "unhealthy" if "critical" in severities else "degraded" if "warn" in severities else "healthy"
+        stats = {
+            "mode": "kafka",
+            "partitions": self.cfg.partitions,
+            "partitions_with_owner": self.cfg.partitions - len(missing),
+            "workers_answering": answering,
+        }
+        return {"status": status, "checks_run": ["owners", "workers"], "issues": issues, "stats": stats}
+
+    async def denied(self, caller: Caller | None, name: str, args: Any) -> tuple[int, bytes] | None:
+        """In ACL mode, the answer to a call the caller's grants do not cover (403, audited), or
+        503 when a record's owner could not be asked; None when the call may be forwarded.
+        Calls dispatch would refuse before any grant check pass: their worker refuses them."""
+        if self.gate is None:
+            return None
+        args = {} if args is None else args  # as run_tool reads absent arguments
+        call = validated(name, args)
+        if call is None:
+            return None
+        who = caller or Caller(client_id="anonymous")  # not authenticated: denied (fail closed)
+        try:
+            denial = await self.gate.check(who, call[0], call[1], args)
+        except LogUnavailable as exc:
+            return 503, orjson.dumps(failure(f"log_unavailable: {exc}"))
+        return None if denial is None else (403, orjson.dumps(denial))
+
+    async def forward_raw(
+        self, name: str, args: Any, body: bytes, headers: dict[str, str], caller: Caller | None = None
+    ) -> tuple[int, bytes]:
+        refused = await self.denied(caller, name, args)
+        if refused is not None:
+            return refused
+        if name == "check_health":  # the deployment's health is the router's to tell, not one worker's
+            verdict = await self.health()
+            return (503 if verdict["status"] == "unhealthy" else 200), orjson.dumps(verdict)
+        if name in TRANSFER_TOOLS:  # they span partitions and write the router's files
+            client, session = headers.get("x-client-id") or "anonymous", headers.get("x-session-id") or ""
+            return await self.transfers.answer(name, args, caller or Caller(client_id=client, session_id=session))
+        if name == "recall_fleet" and validated(name, args) is not None:
+            return await self.fleet(args, headers)
+        if name in EVERY_AGENT_LISTINGS and isinstance(args, dict) and not args.get("agent_id"):
+            checked = validated(name, args)
+            if checked is not None:
+                return await self.every_partition(name, checked[1], body, headers)
+        every_agent = isinstance(args, dict) and not args.get("agent_id")
+        if name in REEMBED_TOOLS and every_agent and validated(name, args) is not None:
+            return await self.reembed_everywhere(name, body, headers)
+        return await self.post(route_partition(args, self.cfg.partitions), f"/v1/tools/{name}", body, headers)
+
+    async def every_partition(self, name: str, args: Any, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """A listing of every agent (``list_memories`` / ``list_episodes`` without an agent).
+        Embedded mode lists them from one engine; here each partition's worker lists its own
+        agents (the partition named in a header) and the router merges the lists as embedded
+        mode orders them: newest id first (ids are allocated per partition by the same rule in
+        both modes), cut at the limit."""
+        if isinstance(args.as_of, int):
+            why = "as_of as an offset names one partition's offset in Kafka mode: name agent_id, or give an instant"
+            return 400, orjson.dumps(failure(why))
+        key = EVERY_AGENT_LISTINGS[name]
+        answers = await self._each_partition(name, body, headers)
+        rows: list[dict[str, Any]] = []
+        for status, content in answers:
+            answer = orjson.loads(content)
+            if status != 200 or not isinstance(answer, dict) or not isinstance(answer.get(key), list):
+                return status, content  # the first failure stands for the whole call
+            rows.extend(answer[key])
+        rows.sort(key=lambda r: -int(r["id"]))
+        limit = min(args.limit, LIST_CAP)
+        merged: dict[str, Any] = {key: rows[:limit], "count": min(len(rows), limit)}
+        if key == "memories" and len(rows) > limit and args.limit > LIST_CAP:
+            merged["budget_rows"] = LIST_CAP
+        return 200, orjson.dumps(merged)
+
+    async def _each_partition(self, name: str, body: bytes, headers: dict[str, str]) -> list[tuple[int, bytes]]:
+        return list(
+            await asyncio.gather(
+                *(
+                    self.post(p, f"/v1/tools/{name}", body, {**headers, PARTITION_HEADER: str(p)})
+                    for p in range(self.cfg.partitions)
+                )
+            )
+        )
+
+    async def reembed_everywhere(self, name: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """``reembed`` of every agent, or ``reembed_status``: each partition's worker runs (or
+        reports) the job over its own agents; the answer is one job as embedded mode gives it,
+        summed over the partitions, with each partition's own status under ``partitions``."""
+        jobs: list[tuple[int, dict[str, Any]]] = []
+        for p, (status, content) in enumerate(await self._each_partition(name, body, headers)):
+            answer = orjson.loads(content)
+            if status != 200 or not isinstance(answer, dict) or answer.get("ok") is False:
+                return status, content  # a refusal (a job already running, an unknown model) stands
+            if isinstance(answer.get("job"), dict):
+                jobs.append((p, answer["job"]))
+        merged = merge_jobs(jobs)
+        return 200, orjson.dumps({"ok": True, "job": merged} if name == "reembed" else {"job": merged})
+
+    async def fleet(self, args: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
+        """``recall_fleet`` across partitions. Embedded mode answers it from one engine holding
+        every agent; here each agent's rows are on the worker of its own partition, so the call
+        (already checked as a whole) is split into one ``recall_fleet`` per agent, each agent
+        once in the order named, and the answers are joined as embedded mode joins them: the
+        first failing agent's answer stands for the whole call."""
+        results: list[Any] = []
+        for agent in dict.fromkeys(args["agent_ids"]):
+            one = {**args, "agent_ids": [agent]}
+            partition = route_partition(one, self.cfg.partitions)
+            status, content = await self.post(partition, "/v1/tools/recall_fleet", orjson.dumps(one), headers)
+            body = orjson.loads(content)
+            if status != 200 or not isinstance(body, dict) or not isinstance(body.get("results"), list):
+                return status, content
+            results.extend(body["results"])
+        return 200, orjson.dumps({"results": results, "count": sum(len(r["messages"]) for r in results)})
+
+    async def record_owner(self, kind: str, ident: int) -> str | None:
+        """The agent owning record ``kind:ident``, asked of the worker holding its partition
+        (ids carry their partition); None when no record has that id."""
+        if ident <= 0:
+            return None
+        ref = orjson.dumps({"ref": f"{kind}:{ident}"})
+        status, content = await self.post((ident - 1) % self.cfg.partitions, OWNER_PATH, ref, JSON_HEADERS)
+        if status != 200:
+            raise LogUnavailable(f"no worker named the owner of {kind}:{ident} (HTTP {status})")
+        owner = orjson.loads(content)["owner"]
+        return None if owner is None else str(owner)
+
+    async def post(
+        self, partition: int, path: str, body: bytes, headers: dict[str, str], *, timeout_s: float | None = None
+    ) -> tuple[int, bytes]:
+        """POST to the owner of ``partition``, following ownership changes until the deadline.
+        ``timeout_s``: this request's own limit, for the long ones (a file transfer's parts)."""
+        end = time.monotonic() + self.deadline_s
+        why = "no worker has announced this partition yet"
+        timeout = None if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s, sock_connect=2.0)
+        while time.monotonic() < end:
+            url = self.owners.urls.get(partition)
+            if url is not None:
+                try:
+                    async with self.client.post(f"{url}{path}", data=body, headers=headers, timeout=timeout) as r:
+                        status, content = r.status, await r.read()
+                except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+                    why = f"owner {url} unreachable: {type(exc).__name__}"  # gone: wait for the next one
+                else:
+                    if status != 421:
+                        return status, content
+                    why = f"{url} no longer owns partition {partition}"
+            await self.owners.wait_change(0.25)
+        return 503, orjson.dumps(failure(f"log_unavailable: no worker answered for partition {partition} ({why})"))
+
+
+class RouterEngine:
+    """What a face that has no local engine holds in Kafka mode (``memstream mcp`` over stdio):
+    the router, started and closed like an engine. ``acl``: the policy the router enforces."""
+
+    def __init__(self, cfg: KafkaConfig, *, acl: AclConfig | None = None, settings: Settings | None = None) -> None:
+        self.acl = acl
+        self.router = Router(cfg, acl=acl, settings=settings)
+
+    async def start(self) -> None:
+        await self.router.start()
+
+    async def close(self) -> None:
+        await self.router.close()
+
+
+def router_app(
+    cfg: KafkaConfig, *, host: str = "127.0.0.1", acl: AclConfig | None = None, settings: Settings | None = None
+) -> Starlette:
+    """The API process's app. With ``acl`` every request needs a bearer token of the file
+    (401 otherwise, as in embedded mode) and every call is checked before it is forwarded."""
+    from memstream.api.faces.mcp import McpHttpApp
+
+    router = Router(cfg, acl=acl, settings=settings)
+    mcp = McpHttpApp(None, host=host, call=router.call)
+
+    async def call(request: Request) -> Response:
+        name = request.path_params.get("name") or TOOL_ROUTES[request.url.path]
+        headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED_HEADERS}
+        headers["content-type"] = "application/json"
+        caller = caller_of(request)
+        if caller.authenticated:  # ACL mode: the token's client goes on, never the token
+            headers.pop("authorization", None)
+            headers["x-client-id"] = caller.client_id
+        return await router.forward(name, await request.body(), headers, caller)
+
+    async def health(request: Request) -> Response:
+        refused = await router.denied(caller_of(request), "check_health", {})
+        if refused is not None:
+            return Response(refused[1], status_code=refused[0], media_type="application/json")
+        verdict = await router.health()
+        body = {**verdict, "partitions_with_owner": verdict["stats"]["partitions_with_owner"]}
+        return json_response(body, 503 if verdict["status"] == "unhealthy" else 200)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await router.start()
+        try:
+            async with mcp.lifespan():
+                yield
+        finally:
+            await router.close()
+
+    routes = [Route("/v1/tools/{name}", call, methods=["POST"]), Route("/health", health)]
+    routes.append(Route("/mcp", endpoint=mcp))  # a Route, so POST /mcp itself is served
+    routes += [Route(path, call, methods=["POST"]) for path in TOOL_ROUTES]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    if acl is not None:
+        app.add_middleware(BearerAuth, acl=acl)  # outermost: nothing is served before the token is checked
+    app.state.router = router
+    return app
+
+
+def merge_jobs(jobs: list[tuple[int, dict[str, Any]]]) -> dict[str, Any] | None:
+    """One re-embed status from the partitions' (see ``Router.reembed_everywhere``): running
+    while any partition runs, failed if any failed; counts summed; per-agent results joined."""
+    if not jobs:
+        return None
+    states = {job["state"] for _, job in jobs}
+    state = "running" if "running" in states else "failed" if "failed" in states else "finished"
+    models = sorted({str(job["model"]) for _, job in jobs})
+    merged: dict[str, Any] = {
+        "state": state,
+        "model": models[0] if len(models) == 1 else models,
+        "agents": None,
+        "done": sum(int(job["done"]) for _, job in jobs),
+        "total": sum(int(job["total"]) for _, job in jobs),
+        "elapsed_s": max(float(job["elapsed_s"]) for _, job in jobs),
+    }
+    results = [job["result"] for _, job in jobs if isinstance(job.get("result"), dict)]
+    if state != "running" and results:
+        agents = sorted((a for r in results for a in r.get("agents", [])), key=lambda a: str(a.get("agent_id")))
+        merged["result"] = {
+            **results[0],
+            "agents": agents,
+            "complete": all(r.get("complete") for r in results),
+            "reembedded": sum(int(r.get("reembedded", 0)) for r in results),
+        }
+    errors = [job["error"] for _, job in jobs if job.get("error")]
+    if errors:
+        merged["error"] = errors[0]
+    merged["partitions"] = {str(p): job for p, job in jobs}
+    return merged

@@ -1,0 +1,450 @@
+"""The file transfers in Kafka mode: ``export_memories``, ``import_memories`` and
+``merge_memories`` with embedded mode's arguments and answers (api/tools/transfer.py).
+
+Why the router answers them. A file belongs to the process the caller reached, and these
+tools span partitions: an export of every agent reads every partition, a file holds records
+of any agents, and a merge's two agents may live on two workers. No worker holds all of that,
+so the router (api/kafka/router/app.py) runs each of the three tools itself, through ``run_tool``
+(the same validation, refusal audit and failure shapes as everywhere; grants are checked
+before, as for every call: api/kafka/router/gate.py), and asks the workers for the per-partition parts
+over internal routes, guarded like the workers' other routes (``MEMSTREAM_WORKER_TOKEN``):
+
+* ``POST /v1/transfer/collect``: ``collect`` (embedded mode's) over the worker's engine of one
+  partition: one agent's records, or every agent of the partition. The router joins the
+  partitions in embedded mode's order (memories by id, episodes by id, profiles by agent: ids
+  are allocated per partition by the same rule in both modes), writes the file under its own
+  export directory with embedded mode's path rules and atomic write, and heads it with counts
+  of the joined records. The records' ``history`` is as the worker gives it: offsets within
+  the agent's partition, which ``partition`` names. The header says which point of each
+  partition the file shows in ``log_offsets`` (partition → the last offset it includes) where
+  embedded mode has one ``log_offset``.
+* ``POST /v1/transfer/import``: the existing ``Importer`` over a batch of records that all land
+  in the worker's partition (or, for a merge, ``merge_into``). The router reads and parses the
+  file (same size limit, same refusals of a file that is not UTF-8 or cut short, before
+  anything is sent), groups the records by the partition of the agent each lands in, and sends
+  each partition its records in batches, in embedded mode's order (memories, episodes, then
+  profiles, each in file order), so each partition decides them in the order the embedded log
+  would. Command ids are derived from the records, so a batch resent (a worker died, a retry)
+  or a whole file imported again appends nothing. The partitions' tallies are joined into one
+  answer; errors are listed by kind (memories, episodes, profiles) and line, after the file's
+  unreadable lines and records of kinds memstream does not import.
+* ``POST /v1/transfer/delete-moved``: a move's deletions at the source (``delete_moved``), on
+  the source's worker, after the target's worker answered which records it now holds.
+
+A transfer is a saga of per-partition steps, as in embedded mode: a worker failing midway
+answers 503 (``log_unavailable``) and running the same call again finishes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from memstream.api.kafka.wire import PARTITION_HEADER
+from memstream.api.services.embedding import EmbeddingError
+from memstream.api.services.settings import Settings, load_settings
+from memstream.api.tools.dispatch import describe_validation, failure, run_tool
+from memstream.api.tools.registry import Caller, Handler
+from memstream.api.tools.sanitize import InputError
+from memstream.api.tools.transfer import (
+    CHUNK,
+    IMPORTED_KINDS,
+    ExportArgs,
+    ImportArgs,
+    Importer,
+    MergeArgs,
+    Tally,
+    collect,
+    confine,
+    delete_moved,
+    export_header,
+    merge_answer,
+    merge_into,
+    merge_numbering,
+    merge_refusal,
+    moved_records,
+    parse_export,
+    path_refusal,
+    read_export,
+    record_agent,
+    split_types,
+    write_export,
+)
+from memstream.streams.buses.kafka import KafkaCommandBus
+from memstream.streams.events import AuditRecord
+from memstream.streams.log.port import LogUnavailable, partition_for
+
+if TYPE_CHECKING:
+    from memstream.api.kafka.router.app import Router
+    from memstream.api.kafka.worker.node import Node
+
+log = logging.getLogger(__name__)
+
+TRANSFER_TOOLS = frozenset({"export_memories", "import_memories", "merge_memories"})
+COLLECT_PATH = "/v1/transfer/collect"
+IMPORT_PATH = "/v1/transfer/import"
+DELETE_MOVED_PATH = "/v1/transfer/delete-moved"
+# Records per request to a worker: a few of the Importer's bursts, so a request of a large
+# file stays well inside the timeout below and a resent one redoes little.
+IMPORT_BATCH = 8 * CHUNK
+# One request's deadline: a batch is embedded (when the file brought no usable vectors) and
+# decided on the worker; a partition's export reads the history of every record it holds.
+REQUEST_TIMEOUT_S = 600.0
+_LINE = re.compile(r"Line (\d+):")
+
+
+# -- what the router and the workers say to each other ----------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CollectBody(_Body):
+    """``collect`` of one agent, or ('') of every agent of the partition named in the header."""
+
+    agent_id: StrictStr = Field(max_length=256)
+    include_embeddings: StrictBool
+    include_history: StrictBool
+
+
+class ImportBody(_Body):
+    """Records (numbered as the answer's errors name them) that all land in the partition named
+    in the header: imported as ``import_memories`` does, or with ``merge_source`` as the target's
+    half of a merge from that agent (``merge_into``: the merge's command ids, the profile only
+    when the target has none)."""
+
+    records: list[tuple[int, dict[str, Any]]]
+    target: StrictStr = Field(default="", max_length=256)
+    merge_source: StrictStr | None = Field(default=None, min_length=1, max_length=256)
+    session_key: StrictStr = Field(default="", max_length=256)
+    dry_run: StrictBool = False
+
+
+class DeleteMovedBody(_Body):
+    """A move's deletions at the source: ``moved_records`` of the source's records, and the
+    refs the target's import answered for."""
+
+    records: list[dict[str, Any]]
+    imported_refs: dict[str, int]
+    source: StrictStr = Field(min_length=1, max_length=256)
+    target: StrictStr = Field(min_length=1, max_length=256)
+    session_key: StrictStr = Field(default="", max_length=256)
+
+
+class TransferFailed(RuntimeError):
+    """A worker answered an internal transfer route with something other than its result or an
+    unavailability: a fault (answered as ``internal``, with the details in the router's log)."""
+
+
+# -- the router's side ------------------------------------------------------------------------
+
+
+class KafkaTransfers:
+    """The engine ``run_tool`` runs the three tools over in the router: what they need of a
+    deployment (the router's settings and export directory, the workers' parts) and where a
+    refusal is audited. Grants were checked by the router before (``acl`` is None here)."""
+
+    acl = None  # checked by ``Router.denied`` before the call gets here
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self._settings: Settings | None = None
+        self._bus: KafkaCommandBus | None = None
+        self._bus_lock = asyncio.Lock()
+
+    @property
+    def settings(self) -> Settings:
+        """The router's settings: where its export directory is (``export_root``)."""
+        if self._settings is None:
+            self._settings = self.router.settings or load_settings()
+        return self._settings
+
+    @property
+    def partitions(self) -> int:
+        return self.router.cfg.partitions
+
+    async def answer(self, name: str, args: Any, caller: Caller) -> tuple[int, bytes]:
+        """One call of a transfer tool: (HTTP status, JSON body) as a worker answers a tool."""
+        from memstream.api.faces.http import STATUS
+
+        body, code = await run_tool(self, caller, name, args, handler=HANDLERS[name])
+        return (200 if code is None else STATUS.get(code, 400)), orjson.dumps(body)
+
+    async def refuse(self, record: AuditRecord) -> None:
+        """Audit a refused transfer call as embedded mode does: on the audit topic of the named
+        agent's partition, through the commands topic (its decider is the only writer there).
+        In ACL mode the gate's bus does it; otherwise a bus of this router's, started on the
+        first refusal."""
+        if self.router.gate is not None:
+            await self.router.gate.refuse(record)
+            return
+        async with self._bus_lock:
+            if self._bus is None:
+                bus = KafkaCommandBus(self.router.cfg, instance_id=f"router-transfer-{uuid.uuid4().hex}")
+                await bus.start()
+                self._bus = bus
+        await self._bus.record_refusal(record)
+
+    async def close(self) -> None:
+        if self._bus is not None:
+            await self._bus.close()
+            self._bus = None
+
+    async def ask(self, partition: int, path: str, body: BaseModel, caller: Caller) -> dict[str, Any]:
+        """POST an internal transfer route to the owner of ``partition``, as ``caller``."""
+        headers = {
+            "content-type": "application/json",
+            "x-client-id": caller.client_id,
+            PARTITION_HEADER: str(partition),
+        }
+        if caller.session_id:
+            headers["x-session-id"] = caller.session_id
+        content = orjson.dumps(body.model_dump())
+        status, answer = await self.router.post(partition, path, content, headers, timeout_s=REQUEST_TIMEOUT_S)
+        if status == 200:
+            parsed: dict[str, Any] = orjson.loads(answer)
+            return parsed
+        error = _error_of(answer)
+        if status == 503 and error.startswith("embedding_unavailable: "):
+            raise EmbeddingError(error.removeprefix("embedding_unavailable: "))
+        if status == 503:
+            raise LogUnavailable(f"partition {partition}: {error.removeprefix('log_unavailable: ')}")
+        raise TransferFailed(f"the worker of partition {partition} answered {status} to {path}: {error}")
+
+    async def collect(
+        self, agent_id: str, caller: Caller, *, include_embeddings: bool, include_history: bool
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """``collect`` across the deployment: the agent's partition, or ('') every partition,
+        joined in embedded mode's order (see the module doc)."""
+        body = CollectBody(agent_id=agent_id, include_embeddings=include_embeddings, include_history=include_history)
+        partitions = [partition_for(agent_id, self.partitions)] if agent_id else list(range(self.partitions))
+        answers = await asyncio.gather(*(self.ask(p, COLLECT_PATH, body, caller) for p in partitions))
+        offsets = {str(p): int(a["header"]["log_offset"]) for p, a in zip(partitions, answers, strict=True)}
+        records = [r for a in answers for r in a["records"]]
+        memories = [r for r in records if r["_type"] == "memory"]
+        episodes = [r for r in records if r["_type"] == "episode"]
+        profiles = [r for r in records if r["_type"] == "profile"]
+        if not agent_id:  # each partition's rows are in order; the partitions interleave
+            memories.sort(key=lambda r: int(r["id"]))
+            episodes.sort(key=lambda r: int(r["id"]))
+            profiles.sort(key=lambda r: str(r["agent_id"]))
+        header = export_header(agent_id, memories, episodes, profiles, log_offsets=offsets)
+        return header, memories + episodes + profiles
+
+
+def _error_of(content: bytes) -> str:
+    try:
+        body = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return content[:300].decode("utf-8", "replace")
+    return str(body.get("error") if isinstance(body, dict) else body)[:1000]
+
+
+async def export_memories(transfers: KafkaTransfers, caller: Caller, args: ExportArgs) -> dict[str, Any]:
+    path = confine(transfers.settings, args.output_path)
+    if path is None:
+        return path_refusal("output_path", args.output_path)
+    header, records = await transfers.collect(
+        args.agent_id, caller, include_embeddings=args.include_embeddings, include_history=True
+    )
+    return await write_export(args.output_path, path, header, records)
+
+
+async def import_memories(transfers: KafkaTransfers, caller: Caller, args: ImportArgs) -> dict[str, Any]:
+    raw = await read_export(transfers.settings, args.input_path)
+    if isinstance(raw, dict):
+        return raw
+    parsed = parse_export(raw, args.dry_run)
+    if isinstance(parsed, dict):
+        return parsed  # nothing was sent to any worker
+    records, errors = parsed
+    typed, type_errors = split_types(records)
+    unplaced: list[str] = []
+    groups: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for kind in IMPORTED_KINDS:  # embedded mode's order: memories, episodes, profiles
+        for n, rec in typed[kind]:
+            try:
+                agent = record_agent(rec, args.target_agent_id)
+            except InputError as exc:
+                unplaced.append(f"Line {n}: {kind}: {exc}")
+                continue
+            groups.setdefault(partition_for(agent, transfers.partitions), []).append((n, rec))
+
+    async def one_partition(partition: int, mine: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+        parts = []
+        for i in range(0, len(mine), IMPORT_BATCH):
+            batch = ImportBody(
+                records=mine[i : i + IMPORT_BATCH],
+                target=args.target_agent_id,
+                session_key=args.session_key,
+                dry_run=args.dry_run,
+            )
+            parts.append((await transfers.ask(partition, IMPORT_PATH, batch, caller))["tally"])
+        return parts
+
+    tally = Tally(args.dry_run)
+    for parts in await asyncio.gather(*(one_partition(p, mine) for p, mine in sorted(groups.items()))):
+        for part in parts:
+            tally.add(part)
+    kinds = {n: str(rec.get("_type")) for n, rec in records}
+    tally.errors = errors + type_errors + sorted(unplaced + tally.errors, key=lambda e: _error_order(e, kinds))
+    body = tally.answer()
+    body["profile_updated"] = tally.profile_updated
+    return body
+
+
+def _error_order(error: str, kinds: dict[int, str]) -> tuple[int, int]:
+    """Where an error of a record stands: by the record's kind as embedded mode imports them
+    (memories, episodes, profiles), then by line."""
+    found = _LINE.match(error)
+    line = int(found.group(1)) if found else 0
+    kind = kinds.get(line, "")
+    return (IMPORTED_KINDS.index(kind) if kind in IMPORTED_KINDS else len(IMPORTED_KINDS), line)
+
+
+async def merge_memories(transfers: KafkaTransfers, caller: Caller, args: MergeArgs) -> dict[str, Any]:
+    """Embedded mode's saga across workers: the source's records from its worker, stored by the
+    target's worker (in batches, in order), then for a move deleted by the source's worker."""
+    refused = merge_refusal(args)
+    if refused is not None:
+        return refused
+    _, records = await transfers.collect(args.source_agent_id, caller, include_embeddings=True, include_history=False)
+    numbered = merge_numbering(records)
+    target = partition_for(args.target_agent_id, transfers.partitions)
+    tally = Tally(args.dry_run)
+    profile_copied = False
+    for i in range(0, len(numbered), IMPORT_BATCH):
+        batch = ImportBody(
+            records=numbered[i : i + IMPORT_BATCH],
+            target=args.target_agent_id,
+            merge_source=args.source_agent_id,
+            session_key=args.session_key,
+            dry_run=args.dry_run,
+        )
+        answer = await transfers.ask(target, IMPORT_PATH, batch, caller)
+        tally.add(answer["tally"])
+        profile_copied = profile_copied or bool(answer["profile_copied"])
+    source_profile = any(r["_type"] == "profile" for r in records)
+    body = merge_answer(args, tally, profile_copied=profile_copied, source_profile=source_profile)
+    if args.mode == "move" and not args.dry_run:
+        moved = DeleteMovedBody(
+            records=moved_records(records),
+            imported_refs=tally.imported_refs,
+            source=args.source_agent_id,
+            target=args.target_agent_id,
+            session_key=args.session_key,
+        )
+        source = partition_for(args.source_agent_id, transfers.partitions)
+        body.update(await transfers.ask(source, DELETE_MOVED_PATH, moved, caller))
+    return body
+
+
+HANDLERS: dict[str, Handler] = {
+    "export_memories": export_memories,
+    "import_memories": import_memories,
+    "merge_memories": merge_memories,
+}
+
+
+# -- the worker's side ------------------------------------------------------------------------
+
+
+def transfer_routes(node: Node) -> list[Route]:
+    """The internal routes a worker answers for the routers' transfers (see the module doc).
+    Each names its partition in ``x-memstream-partition``; 421 when this worker does not own
+    it (the router then waits for the owner), 503 when the partition cannot be read in time."""
+    from memstream.api.faces.http import caller_of, json_response
+
+    def route(path: str, model: type[_Body], run: Callable[[Any, Caller, Any], Awaitable[Any]]) -> Route:
+        async def endpoint(request: Request) -> Response:
+            try:
+                body = model.model_validate_json(await request.body())
+            except ValidationError as exc:
+                return json_response(failure(f"invalid {path} request: {describe_validation(exc)}"), 400)
+            hint = request.headers.get(PARTITION_HEADER, "")
+            if not hint.isdigit() or int(hint) >= node.cfg.partitions:
+                return json_response(failure(f"{path} needs the partition in {PARTITION_HEADER}"), 400)
+            engine = node.engine_for_call({}, int(hint))
+            if engine is None:
+                return json_response(failure("not_owner", node=node.node_id), 421)
+            try:
+                return json_response(await run(engine, caller_of(request), body))
+            except InputError as exc:
+                return json_response(failure(str(exc)), 400)
+            except (TimeoutError, LogUnavailable) as exc:
+                return json_response(failure(f"log_unavailable: {exc}"), 503)
+            except EmbeddingError as exc:
+                return json_response(failure(f"embedding_unavailable: {exc}"), 503)
+            except Exception:
+                log.exception("%s failed", path)
+                return json_response(failure(f"{path} failed; the worker's log has the details"), 500)
+
+        return Route(path, endpoint, methods=["POST"])
+
+    return [
+        route(COLLECT_PATH, CollectBody, _collect_part),
+        route(IMPORT_PATH, ImportBody, _import_part),
+        route(DELETE_MOVED_PATH, DeleteMovedBody, _delete_part),
+    ]
+
+
+async def _collect_part(engine: Any, caller: Caller, body: CollectBody) -> dict[str, Any]:
+    header, records = await collect(
+        engine, body.agent_id, include_embeddings=body.include_embeddings, include_history=body.include_history
+    )
+    return {"header": header, "records": records}
+
+
+async def _import_part(engine: Any, caller: Caller, body: ImportBody) -> dict[str, Any]:
+    partition, partitions = engine.models.partition, engine.node.cfg.partitions
+    for n, rec in body.records:
+        try:
+            agent = record_agent(rec, body.target)
+        except InputError:
+            continue  # the Importer reports it, as embedded mode does
+        if partition_for(agent, partitions) != partition:
+            raise InputError(f"the record on line {n} lands in agent {agent!r}, not of partition {partition}")
+    await engine.decisions()  # the Importer asks which command ids were decided (a dry run, episodes)
+    if body.merge_source is not None:
+        if not body.target:
+            raise InputError("a merge needs its target agent")
+        tally, copied = await merge_into(
+            engine,
+            caller,
+            body.records,
+            source=body.merge_source,
+            target=body.target,
+            session_key=body.session_key,
+            dry_run=body.dry_run,
+        )
+        return {"tally": tally.as_dict(), "profile_copied": copied}
+    importer = Importer(
+        engine, caller, target=body.target, namespace="import", session_key=body.session_key, dry_run=body.dry_run
+    )
+    tally = await importer.run(body.records)
+    return {"tally": tally.as_dict(), "profile_copied": False}
+
+
+async def _delete_part(engine: Any, caller: Caller, body: DeleteMovedBody) -> dict[str, Any]:
+    if partition_for(body.source, engine.node.cfg.partitions) != engine.models.partition:
+        raise InputError(f"agent {body.source!r} is not of partition {engine.models.partition}")
+    return await delete_moved(
+        engine,
+        caller,
+        body.records,
+        body.imported_refs,
+        source=body.source,
+        target=body.target,
+        session_key=body.session_key,
+    )

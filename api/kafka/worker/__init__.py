@@ -1,0 +1,1 @@
+"""The Kafka worker: decides its partitions' writes and holds their read models."""

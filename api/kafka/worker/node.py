@@ -1,0 +1,581 @@
+"""A Kafka-mode worker node: the decider (a faust agent) plus the read side of its partitions.
+
+The consumer group gives a worker some partitions of the commands topic; because every topic
+is partitioned by agent with the same count, partition ``p`` of the events topic holds exactly
+the agents whose commands the worker decides. For each such partition the node keeps the full
+set of read models (``read_models()``, as the embedded engine does) and answers every tool call
+for those agents over HTTP with the same tool code as the embedded server (``NodeEngine`` gives
+it the engine's surface over one partition). Writes a node receives for a partition its worker
+owns are decided in-process by the worker's decider (``KafkaDecider.submit_local``: same step,
+same appends, no round trip through the commands and replies topics); any other write goes
+through the node's ``KafkaCommandBus`` to whichever worker owns the partition.
+
+Who folds the read models (api/kafka/worker/append_fold.py): the worker's faust agent, as it decides.
+The decider is the only writer of its partitions, so once an append is acknowledged where the
+decider expected it, the agent hands the events to ``Node.appended``, which folds them before
+any submitter hears back. The events topic is the models' changelog, read by one tailing
+consumer (no group: in-memory models resume from their own state, a checkpoint of the partition
+(api/kafka/worker/checkpoints.py) or offset 0, never from a group's committed offset) only to recover:
+catching up on a partition just gained, and taking a partition back whenever the agent cannot
+feed it (a checkpoint holds the models' lock, a batch was not handed over). A partition the agent
+feeds is paused in the tail, so a worker does not fetch and decode its own writes a second time.
+
+Reads of the log itself go to the topics: ``history`` and ``audit_log`` through the node's
+partition log (``api/kafka/worker/partition_log.py``: one more consumer, one read at a time, with
+deadlines), which ``NodeEngine.log`` exposes for the call's partition under the names the
+tools use, and ``as_of`` reads through views folded from the events topic up to the point
+(``api/kafka/worker/point_in_time.py``). Offsets in those answers are the partition's own.
+``check_health`` and the file transfers are the router's to answer (the transfers' per-partition
+parts are internal routes here: api/kafka/router/transfers.py). A re-embed runs on the worker of each partition it
+covers, over that partition's agents (the router starts and reports it per partition).
+
+Each node announces which partitions it owns, and at which URL, on the compacted owners topic;
+API processes (``api/kafka/router/app.py``) route each call by its agent to the owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, TypeVar
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
+from memstream.api.kafka.router.gate import guard_worker, owner_route
+from memstream.api.kafka.router.transfers import TRANSFER_TOOLS, transfer_routes
+from memstream.api.kafka.wire import PARTITION_HEADER, route_partition
+from memstream.api.kafka.worker import checkpoints
+from memstream.api.kafka.worker.append_fold import plan_feed
+from memstream.api.kafka.worker.checkpoints import checkpoint_dir
+from memstream.api.kafka.worker.partition_log import KafkaPartitionLog
+from memstream.api.kafka.worker.point_in_time import KafkaPointInTime
+from memstream.api.services.embedders import Embedders
+from memstream.api.services.embedding import Embedder
+from memstream.api.services.engine import FAILURE_CODE, REFUSAL_AUDITED, read_models
+from memstream.api.services.point_in_time import View
+from memstream.api.services.settings import Settings
+from memstream.api.tools.dispatch import failure, run_tool
+from memstream.api.tools.registry import Caller
+from memstream.streams.buses.kafka import KafkaCommandBus
+from memstream.streams.commands import Command
+from memstream.streams.deciders.kafka import KafkaDecider, NotOwned
+from memstream.streams.deciders.step import NewEvent
+from memstream.streams.decision import DecisionState, Limits
+from memstream.streams.events import AuditRecord, Embedding, decode
+from memstream.streams.folding import freeze_long_lived
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord
+from memstream.streams.log.port import Committed, partition_for
+from memstream.streams.snapshots import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Tools a worker does not answer, because the router answers them itself and never forwards
+# them: the deployment's health, and the file transfers (export, import and merge use the
+# router's files and span partitions; the router asks the workers for their parts over the
+# routes of api/kafka/router/transfers.py). Asked directly, a worker says so rather than answer for
+# its own partitions only.
+ROUTER_TOOLS = frozenset({"check_health"}) | TRANSFER_TOOLS
+CATCH_UP_DEADLINE_S = 30.0
+
+
+class PartitionModels:
+    """The read models of one partition and how far they have folded."""
+
+    def __init__(self, partition: int, end_at_start: int, store: SnapshotStore | None = None) -> None:
+        self.partition = partition
+        self.store = store  # where this partition's checkpoints go (api/kafka/worker/checkpoints.py)
+        self.projections = read_models(store)
+        self.offset = -1  # last event applied
+        self.target = end_at_start - 1  # reads wait for at least this (the end when assigned)
+        self.lock = asyncio.Lock()
+        self.advanced = asyncio.Event()
+        self.restored_from: int | None = None  # the checkpoint offset these models started at
+        self.checkpoint_offset: int | None = None  # the last checkpoint written or restored
+        self.since_checkpoint = 0
+        self.checkpointing = False
+        self.jobs: dict[str, Any] = {}  # admin jobs over this partition's agents (re-embedding)
+        self.folded_by_agent = 0  # events folded as the decider appended them (fold-on-append)
+        self.folded_by_tail = 0  # events folded from the topic (catch-up and repair)
+
+    def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
+        ev = decode(value)
+        if vector is not None:
+            ev["vector"] = vector
+        for p in self.projections:
+            p.apply(offset, ev)
+            p.offset = offset
+        self.offset = offset
+
+    async def caught_up(self, offset: int, deadline_s: float = CATCH_UP_DEADLINE_S) -> None:
+        """Wait until the models include ``offset`` (a write acknowledged earlier)."""
+        end = time.monotonic() + deadline_s
+        while self.offset < offset:
+            self.advanced.clear()
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"partition {self.partition}: read models at {self.offset}, waited for {offset}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.advanced.wait(), left)
+
+
+class NodeEngine:
+    """The engine surface the tools use, over one partition's read models (see module doc)."""
+
+    def __init__(self, node: Node, models: PartitionModels) -> None:
+        self.node = node
+        self.models = models
+        self.settings = node.settings
+        self.embedders = node.embedders
+        self.jobs = models.jobs  # the partition's (a re-embed), seen by the next call's engine
+        self.bus = self  # what the re-embedder submits through (``submit`` below)
+        for p in models.projections:
+            setattr(self, p.name, p)
+        self.log = node.partition_log.view(models)
+
+    async def read(self, query: Callable[[], T]) -> T:
+        await self.models.caught_up(max(self.models.target, self.node.acked.get(self.models.partition, -1)))
+        async with self.models.lock:
+            return query()
+
+    async def at(self, as_of: int | str | None) -> NodeEngine | View:
+        """This engine for a read "now", or a view of the partition's state at ``as_of`` (H3):
+        an offset of this partition, or an instant (see ``api/kafka/worker/point_in_time.py``)."""
+        if as_of is None:
+            return self
+        partition = self.models.partition
+        return await self.node.point_in_time.view(partition, as_of, lambda: PartitionModels(partition, 0))
+
+    async def submit(self, command: Command) -> Committed:
+        committed = await self.node.submit(command)
+        if committed.offset is not None:
+            p = partition_for(command.scope.agent_id, self.node.cfg.partitions)
+            self.node.acked[p] = max(self.node.acked.get(p, -1), committed.offset)
+        if committed.outcome.result == "rejected":
+            REFUSAL_AUDITED.set(True)
+            FAILURE_CODE.set(committed.outcome.error or "invalid")
+        return committed
+
+    async def refuse(self, record: AuditRecord) -> None:
+        await self.node.submit(record)
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.embedders.default
+
+    @property
+    def applied_offset(self) -> int:
+        """The last event of the partition its read models include (read inside ``read``)."""
+        return self.models.offset
+
+    @property
+    def state(self) -> DecisionState | None:
+        """The decider's state of this partition when this worker decides it and has folded
+        it (else None): what an import asks to tell a command id decided already (as it asks
+        the embedded bus's ``state``; ``bus`` is this engine). ``decisions`` folds it first."""
+        decider = self.node.decider
+        if decider is None or not decider.owns(self.models.partition):
+            return None
+        return decider.states.get(self.models.partition)
+
+    async def decisions(self) -> DecisionState | None:
+        """``state``, folded from the topics now if the decider has not folded it yet."""
+        decider = self.node.decider
+        return None if decider is None else await decider.state_of(self.models.partition)
+
+    async def agent_model(self, agent_id: str) -> str | None:
+        """The model of an agent's vectors, from the partition's read models once they include
+        every write this worker acknowledged (the embedded engine's is a synchronous read)."""
+        return await self.read(lambda: self.vectors.model_of(agent_id))  # type: ignore[attr-defined,no-any-return]
+
+    def embedder_for(self, model: str | None) -> Embedder:
+        return self.embedders.embedder_for(model)
+
+    async def embed(
+        self, texts: Sequence[str], *, agent_id: str | None = None, model: str | None = None
+    ) -> list[Embedding | None]:
+        if agent_id is not None and model is None and self.embedders.enabled:
+            model = await self.agent_model(agent_id)
+        return await self.embedders.embed(texts, model)
+
+    def superseded_providers(self) -> list[Any]:
+        return [self.versions.superseded_by, self.associations.superseded_by]  # type: ignore[attr-defined]
+
+
+class Node:
+    def __init__(
+        self,
+        cfg: KafkaConfig,
+        settings: Settings,
+        *,
+        url: str,
+        embedder: Embedder | None = None,
+        embedders: dict[str, Embedder] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.settings = settings
+        self.url = url
+        self.node_id = uuid.uuid4().hex[:12]
+        self.embedders = Embedders(settings, embedder, embedders)
+        self.bus = KafkaCommandBus(cfg, instance_id=f"node-{self.node_id}")
+        self.announcer = KafkaLog(cfg)
+        self.partition_log = KafkaPartitionLog(cfg)  # history and audit reads, as_of replays
+        self.point_in_time = KafkaPointInTime(self.partition_log, settings, self.embedders)
+        self.models: dict[int, PartitionModels] = {}
+        self.checkpoint_every = settings.kafka_checkpoint_every  # events; 0: no checkpoints
+        self.acked: dict[int, int] = {}  # partition -> highest event offset this node had acknowledged
+        self.generation = 0
+        self.decider: KafkaDecider | None = None  # the worker's, set by run_node
+        self._consumer: AIOKafkaConsumer | None = None
+        self._tail: asyncio.Task[None] | None = None
+        self._started = False
+        self._wake = asyncio.Event()
+        self._checkpoints: set[asyncio.Task[None]] = set()
+        self.fed: set[int] = set()  # partitions the decider's agent feeds; paused in the tail
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        await self.bus.start()
+        await self.announcer.start()
+        await self.partition_log.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.cfg.bootstrap,
+            client_id=f"memstream-node-{self.node_id}",
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=100,
+        )
+        await self._consumer.start()
+        self._tail = asyncio.create_task(self._run_tail(), name="memstream-node-tail")
+
+    async def close(self) -> None:
+        if self._tail is not None:
+            self._tail.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tail
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()
+        await self.bus.close()
+        await self.announcer.close()
+        await self.partition_log.close()
+        self.embedders.close()
+
+    async def submit(self, item: Command | AuditRecord) -> Committed:
+        """Decide a write (or record a refusal): in-process when this worker owns the agent's
+        partition (``KafkaDecider.submit_local``), else through the commands topic."""
+        partition = partition_for(item.scope.agent_id, self.cfg.partitions)
+        if self.decider is not None and self.decider.owns(partition):
+            try:
+                committed: Committed = await self.decider.submit_local(partition, item)
+                return committed
+            except NotOwned:
+                pass  # the partition moved while the write waited: its new owner decides it
+        if isinstance(item, AuditRecord):
+            return await self.bus.record_refusal(item)
+        return await self.bus.submit(item)
+
+    # -- following the group's assignment ---------------------------------------------------
+
+    async def assigned(self, partitions: set[int]) -> None:
+        """The worker's full assignment after a rebalance: keep what stays, fold what is new."""
+        await self.start()
+        assert self._consumer is not None
+        self.generation += 1
+        for p in set(self.models) - partitions:
+            del self.models[p]
+        new = sorted(partitions - set(self.models))
+        if new:
+            tps = [TopicPartition(self.cfg.events_topic, p) for p in new]
+            ends = await self._consumer.end_offsets(tps)
+            for tp in tps:
+                self.models[tp.partition] = await self._open_models(tp.partition, int(ends[tp]))
+        owned = [TopicPartition(self.cfg.events_topic, p) for p in sorted(self.models)]
+        self._consumer.assign(owned)  # resumes every partition: the agent pauses them again
+        self.fed.clear()
+        for tp in owned:
+            self._consumer.seek(tp, self.models[tp.partition].offset + 1)
+        self._wake.set()
+        await self._announce(sorted(partitions))
+
+    async def _open_models(self, partition: int, end: int) -> PartitionModels:
+        """Fresh read models for a partition just gained, loaded from its checkpoint when one
+        provably belongs to this topic (see api/kafka/worker/checkpoints.py); the tail folds the rest."""
+        if self.checkpoint_every <= 0:
+            return PartitionModels(partition, end)
+        store = SnapshotStore(checkpoint_dir(self.settings.data_dir, self.cfg, partition))
+        models = PartitionModels(partition, end, store)
+        meta = await asyncio.to_thread(checkpoints.marker, store)
+        if meta is None:
+            return models
+        offset = int(meta["offset"])
+        if offset >= end or await self._anchor(partition, offset) != meta.get("anchor"):
+            log.warning("partition %d: the checkpoint at offset %d is not of this topic; folding from 0", partition,
+                        offset)  # fmt: skip
+            return models
+        if not await asyncio.to_thread(checkpoints.restore, store, models.projections, offset):
+            return PartitionModels(partition, end, store)
+        models.offset = models.restored_from = models.checkpoint_offset = offset
+        log.info("partition %d: read models restored at offset %d (end %d)", partition, offset, end)
+        freeze_long_lived()  # as the embedded engine after its start-up (projections/runner.py)
+        return models
+
+    async def _anchor(self, partition: int, offset: int) -> str | None:
+        records = await self.announcer.read_records(self.cfg.events_topic, partition, offset, offset + 1, limit=1)
+        if not records or records[0].offset != offset:
+            return None
+        return checkpoints.anchor_of(records[0].value or b"")
+
+    async def checkpoint(self, models: PartitionModels) -> None:
+        """Write a checkpoint of one partition's read models. Their state is captured under the
+        partition's lock (on a thread, so other partitions keep folding and answering); the
+        files are written after it is released."""
+        if models.store is None or models.checkpointing:
+            return
+        models.checkpointing = True
+        try:
+            async with models.lock:
+                offset = models.offset
+                if offset < 0 or offset == models.checkpoint_offset:
+                    return
+                bodies = await asyncio.to_thread(checkpoints.capture, models.projections)
+                models.since_checkpoint = 0
+            anchor = await self._anchor(models.partition, offset)
+            if anchor is None:
+                raise LookupError(f"event {offset} is not in the topic")
+            await asyncio.to_thread(checkpoints.write, models.store, bodies, offset, anchor)
+            models.checkpoint_offset = offset
+        except Exception as exc:  # a checkpoint is a shortcut: without one a restart folds more
+            log.warning("partition %d: checkpoint failed (%s); will retry later", models.partition, exc)
+        finally:
+            models.checkpointing = False
+
+    async def revoked(self, partitions: set[int]) -> None:
+        for p in partitions:
+            self.models.pop(p, None)
+            self.fed.discard(p)
+
+    # -- fold-on-append (api/kafka/worker/append_fold.py) -------------------------------------------
+
+    async def appended(self, partition: int, events: Sequence[NewEvent]) -> None:
+        """The decider's agent appended ``events`` to ``partition`` (acknowledged, landed where
+        it expected): fold them into the partition's read models now, before it replies, when
+        they continue the models; otherwise leave them to the tail, which reads the topic."""
+        models = self.models.get(partition)
+        if models is None or self._consumer is None:
+            return  # not (yet) this node's: the tail folds it once the assignment reaches here
+        if models.lock.locked():
+            self._tail_takes(models)  # a checkpoint is capturing the models: do not hold the agent
+            return
+        plan = plan_feed(models.offset, [e.offset for e in events])
+        if plan.count:
+            async with models.lock:
+                try:
+                    for e in events[plan.start : plan.stop]:
+                        models.apply(e.offset, e.value, e.vector)
+                except Exception:
+                    self._tail_takes(models)  # the topic holds these events: retry them from there
+                    raise
+            models.folded_by_agent += plan.count
+            self._folded(models, plan.count)
+        if plan.gap:
+            self._tail_takes(models)
+        elif partition not in self.fed:
+            # The models hold everything up to the agent's last append, and the agent is the
+            # partition's only writer: the tail has nothing left to read there.
+            self._consumer.pause(TopicPartition(self.cfg.events_topic, partition))
+            self.fed.add(partition)
+
+    def _tail_takes(self, models: PartitionModels) -> None:
+        """Hand a partition back to the tail, from the models' next offset."""
+        if models.partition in self.fed and self._consumer is not None:
+            tp = TopicPartition(self.cfg.events_topic, models.partition)
+            self._consumer.resume(tp)
+            self._consumer.seek(tp, models.offset + 1)
+            self.fed.discard(models.partition)
+
+    def _folded(self, models: PartitionModels, count: int) -> None:
+        """After ``count`` events were folded: wake waiting reads, checkpoint when due."""
+        models.since_checkpoint += count
+        models.advanced.set()
+        due = models.store is not None and models.since_checkpoint >= self.checkpoint_every
+        if due and not models.checkpointing:
+            task = asyncio.create_task(self.checkpoint(models), name=f"memstream-checkpoint-{models.partition}")
+            self._checkpoints.add(task)
+            task.add_done_callback(self._checkpoints.discard)
+
+    async def _announce(self, partitions: list[int]) -> None:
+        value = {"node": self.node_id, "url": self.url, "generation": self.generation, "at": time.time()}
+        records = [OutRecord(p, str(p).encode(), orjson.dumps({**value, "partition": p}), []) for p in partitions]
+        if records:
+            await self.announcer.send(self.cfg.owners_topic, records)
+
+    async def _run_tail(self) -> None:
+        assert self._consumer is not None
+        while True:
+            if not self.models:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                batch = await self._consumer.getmany(timeout_ms=200, max_records=5000)
+            except Exception as exc:  # an assignment changing under the fetch: try again
+                log.debug("events tail: %s", exc)
+                await asyncio.sleep(0.05)
+                continue
+            for tp, records in batch.items():
+                models = self.models.get(tp.partition)
+                if models is None:
+                    continue
+                count = 0
+                async with models.lock:
+                    for rec in records:
+                        if rec.offset > models.offset:
+                            models.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
+                            count += 1
+                models.folded_by_tail += count
+                self._folded(models, count)
+
+    # -- answering calls --------------------------------------------------------------------
+
+    def engine_for_call(self, args: Any, partition: int | None = None) -> NodeEngine | None:
+        """The engine of the partition a call belongs to (see ``route_partition``; a call that
+        names no agent may name its partition instead: ``PARTITION_HEADER``), if owned."""
+        named_agent = isinstance(args, dict) and bool(args.get("agent_id"))
+        p = partition if partition is not None and not named_agent else route_partition(args, self.cfg.partitions)
+        models = self.models.get(p)
+        return NodeEngine(self, models) if models is not None else None
+
+
+def node_app(node: Node) -> Starlette:
+    """The node's HTTP face: ``POST /v1/tools/{name}`` for the agents of its partitions."""
+    from memstream.api.faces.http import STATUS, caller_of, json_response
+
+    async def call(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            args = orjson.loads(await request.body() or b"{}")
+        except orjson.JSONDecodeError as exc:
+            return json_response(failure(f"invalid JSON body: {exc}"), 400)
+        if name in ROUTER_TOOLS:
+            return json_response(failure(f"{name} is the router's to answer (memstream serve --kafka)"), 501)
+        hint = request.headers.get(PARTITION_HEADER, "")
+        engine = node.engine_for_call(args, int(hint) if hint.isdigit() else None)
+        if engine is None:
+            return json_response(failure("not_owner", node=node.node_id), 421)
+        caller: Caller = caller_of(request)
+        try:
+            body, code = await run_tool(engine, caller, name, args)
+        except TimeoutError as exc:
+            return json_response(failure(f"log_unavailable: {exc}"), 503)
+        return json_response(body, 200 if code is None else STATUS.get(code, 400))
+
+    async def health(request: Request) -> Response:
+        owned = {str(p): m.offset for p, m in sorted(node.models.items())}
+        body: dict[str, Any] = {"node": node.node_id, "url": node.url, "partitions": owned}
+        body["fold"] = {
+            str(p): {"by_agent": m.folded_by_agent, "by_tail": m.folded_by_tail, "fed_by_agent": p in node.fed}
+            for p, m in sorted(node.models.items())
+        }
+        body["checkpoints"] = {
+            str(p): {"restored_from": m.restored_from, "last": m.checkpoint_offset}
+            for p, m in sorted(node.models.items())
+            if m.store is not None
+        }
+        if node.decider is not None:
+            d = node.decider
+            body["decider"] = {"decided": d.decided, "batches": d.batches, "busy_s": round(d.busy_s, 3)}
+        return json_response(body)
+
+    async def digests(request: Request) -> Response:
+        """Each owned partition's read-model digests and offset, for replay checks."""
+        from memstream.projections.runner import digest_of
+
+        out = {}
+        for p, models in sorted(node.models.items()):
+            async with models.lock:
+                out[str(p)] = {"offset": models.offset, "digests": {m.name: digest_of(m) for m in models.projections}}
+        return json_response(out)
+
+    routes = [
+        Route("/v1/tools/{name}", call, methods=["POST"]),
+        Route("/health", health),
+        Route("/digests", digests),
+        owner_route(node),  # record owners, for the routers' grant checks (api/kafka/router/gate.py)
+        *transfer_routes(node),  # the workers' parts of export / import / merge (api/kafka/router/transfers.py)
+    ]
+    app = Starlette(routes=routes)
+    guard_worker(app, node.settings)  # MEMSTREAM_WORKER_TOKEN: only routers get an answer
+    return app
+
+
+def run_node(
+    cfg: KafkaConfig,
+    settings: Settings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    limits: Limits | None = None,
+    loglevel: str = "WARNING",
+    session_timeout_s: float = 10.0,
+) -> None:
+    """Run a worker: decider + read side + HTTP face, until SIGTERM/SIGINT (blocks)."""
+    import socket
+
+    import faust
+    import uvicorn
+    import uvloop
+
+    from memstream.streams.deciders.faust_app import create_app
+    from memstream.streams.log.kafka import ensure_topics
+
+    asyncio.run(ensure_topics(cfg))
+    sock = socket.socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by accepted connections
+    sock.bind((host, port))
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+    node = Node(cfg, settings, url=f"http://{host}:{bound}")
+
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:  # faust owns the signals
+            yield
+
+    server = _Server(uvicorn.Config(node_app(node), log_level="warning", access_log=False, lifespan="off"))
+
+    async def serve() -> None:
+        await server.serve(sockets=[sock])
+
+    app, node.decider = create_app(
+        cfg,
+        limits=limits,
+        session_timeout_s=session_timeout_s,
+        heartbeat_s=session_timeout_s / 10,
+        on_assigned=node.assigned,
+        on_revoked=node.revoked,
+        on_appended=node.appended,
+        tasks=[serve],
+    )
+    log.warning("memstream worker %s answering at %s", node.node_id, node.url)
+    # uvloop, as uvicorn uses for `memstream serve`: a worker's time is mostly event-loop and
+    # socket work (HTTP calls in, Kafka fetches and produces out), which uvloop does in C.
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    # faust's terminal spinner sets the root logger to DEBUG (to spin on every record), so every
+    # debug line of aiokafka would be formatted: about a tenth of a busy worker's CPU.
+    worker.spinner = None
+    worker.execute_from_commandline()

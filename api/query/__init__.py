@@ -1,0 +1,1 @@
+"""Pure query logic: recall, reconstruct, context packets, the contingent rule."""

@@ -1,0 +1,112 @@
+"""Token-budgeted context packages (CONTRACTS A6, seed 001): pure functions over recalled sources.
+
+A package is a pointer package, not the sources: one compressed ``summary`` line per source and
+one expandable ``anchor`` ``{id, type, layer}`` per line, packed best first until the token
+budget is spent. ``tokenBudget`` reports what that saved against reading every candidate in
+full, which is packaging ROI only, never fidelity (seed 001, "Preview vs expand"). Refill
+expands exactly one anchor: its whole content, cut only if it alone exceeds the budget.
+
+Layers follow seed 001 as memstream has them: memories are L1 anchors (the records an answer
+rests on), episodes L3 (experience: archived conversations). L2 (aggregated overviews) has no
+memstream read model yet, so no anchor carries it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from memstream.api.services.tokens import count_tokens, head_within
+
+# A summary line with room for fewer content tokens than this is not worth its anchor.
+MIN_LINE_TOKENS: Final = 4
+
+Layer = Literal["L1", "L2", "L3"]
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One recalled record, as the package sees it."""
+
+    ref: str
+    type: Literal["memory", "episode"]
+    layer: Layer
+    text: str
+
+
+def source_of(ref: str, text: str) -> Source:
+    """Memories are L1, episodes L3 (see the module docstring)."""
+    if ref.startswith("ep:"):
+        return Source(ref, "episode", "L3", text)
+    return Source(ref, "memory", "L1", text)
+
+
+def anchor(src: Source) -> dict[str, str]:
+    return {"id": src.ref, "type": src.type, "layer": src.layer}
+
+
+def anchor_tokens(src: Source) -> int:
+    """What an anchor costs in the payload: its three fields as text."""
+    return count_tokens(f"{src.ref} {src.type} {src.layer}")
+
+
+def line_prefix(src: Source) -> str:
+    return f"[{src.ref}] "
+
+
+def token_budget(max_tokens: int, raw: int, compressed: int) -> dict[str, Any]:
+    """Seed 001's ``tokenBudget``: savings are (raw - compressed) / raw, used is compressed / max."""
+    return {
+        "maxContextTokens": max_tokens,
+        "estimatedRawTokens": raw,
+        "compressedTokens": compressed,
+        "estimatedSavingsPercent": round((raw - compressed) / raw * 100, 1) if raw > 0 else 0.0,
+        "budgetUsedPercent": round(compressed / max_tokens * 100, 1),
+    }
+
+
+def build_package(sources: Sequence[Source], max_tokens: int, line_tokens: int) -> dict[str, Any]:
+    """Pack ``sources`` (best first) under ``max_tokens``: each gets a summary line of at most
+    ``line_tokens`` content tokens and an anchor, until the next would not fit. Raw is what
+    reading every source in full would cost."""
+    raw = sum(count_tokens(s.text) for s in sources)
+    summary: list[str] = []
+    anchors: list[dict[str, str]] = []
+    used = 0
+    cut = False
+    for src in sources:
+        prefix = line_prefix(src)
+        overhead = anchor_tokens(src) + count_tokens(prefix)
+        room = min(line_tokens, max_tokens - used - overhead)
+        if room < MIN_LINE_TOKENS:
+            cut = True
+            break
+        head, _ = head_within(src.text, room)
+        if not head:
+            continue  # a first word longer than the room: skip it, a later source may fit
+        line = prefix + head
+        cost = count_tokens(line) + anchor_tokens(src)
+        summary.append(line)
+        anchors.append(anchor(src))
+        used += cost
+    return {
+        "summary": summary,
+        "anchors": anchors,
+        "tokenBudget": token_budget(max_tokens, raw, used),
+        "candidates": len(sources),
+        "truncated": cut or len(anchors) < len(sources),
+    }
+
+
+def expand(src: Source, max_tokens: int) -> dict[str, Any]:
+    """Refill: exactly this anchor, its whole content (cut at a word only past the budget)."""
+    overhead = anchor_tokens(src)
+    head, n = head_within(src.text, max_tokens - overhead)
+    return {
+        "anchorId": src.ref,
+        "summary": [head],
+        "anchors": [anchor(src)],
+        "tokenBudget": token_budget(max_tokens, count_tokens(src.text), n + overhead),
+        "truncated": head != src.text,
+    }

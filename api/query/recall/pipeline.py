@@ -1,0 +1,253 @@
+"""One recall, from retrieved lists to gated, ordered candidates (R1–R9).
+
+``run_recall`` is synchronous and runs under the engine's read lock (``Engine.read``): it reads
+the projections, fuses, gates and orders, and hands back candidates plus what the response
+needs to say about them. The query's embedding is computed before, outside the lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from memstream.api.query.recall import fusion
+from memstream.api.query.recall.gate import GateConfig, apply_gate, autocut, confidence_of, episode_factor, keyed_signal
+from memstream.api.services.settings import Settings
+from memstream.projections.scope import ScopeFilter
+from memstream.streams.events import parse_time
+
+
+@dataclass(slots=True)
+class RecallRequest:
+    scope: ScopeFilter
+    query: str
+    limit: int
+    deep: bool = False
+    source_id: str = ""
+    exclude: tuple[str, ...] = ()
+    after: datetime | None = None
+    before: datetime | None = None
+    # Declared names the query mentions (reconstruct's stage 1, A3): added to the lexical and
+    # keyword searches only; the embedding search sees the query as written.
+    lexical_terms: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class RecallResult:
+    candidates: list[fusion.Candidate]  # best first, cut to the limit (profile excluded)
+    profile: str | None = None  # the profile row's text when it is injected
+    gate_fallback: bool = False
+    lists: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    # Every candidate that passed the gate, before the limit cut (best first).
+    admitted: list[fusion.Candidate] = field(default_factory=list)
+
+
+def row_of(engine: Any, ref: str) -> Any:
+    """The memory or episode row a ref names (None when it is gone)."""
+    kind, _, ident = ref.partition(":")
+    table = engine.memories.rows if kind == "mem" else engine.episodes.rows
+    return table.get(int(ident))
+
+
+def row_time(row: Any) -> datetime | None:
+    """The instant a row describes (its timestamp, else when it was written)."""
+    raw = getattr(row, "timestamp", None) or getattr(row, "start_time", None) or row.created_at
+    try:
+        return parse_time(raw)
+    except ValueError:
+        return None
+
+
+def _excluded(text: str, exclude: tuple[str, ...]) -> bool:
+    low = text.lower()
+    return any((len(e) < 32 and low == e) or (len(e) >= 32 and low.startswith(e)) for e in exclude)
+
+
+def _admit(engine: Any, req: RecallRequest, ref: str) -> bool:
+    """Filters a retriever cannot know about: source, exclusions, time cue."""
+    row = row_of(engine, ref)
+    if row is None:
+        return False
+    is_memory = ref.startswith("mem:")
+    if req.source_id:
+        if not is_memory:
+            if not req.scope.channel:
+                return False  # episodes carry no per-user source; a channel scope admits them
+        elif (row.source or {}).get("id") != req.source_id:
+            return False
+    text = row.content if is_memory else f"[Episode] {row.summary}"
+    if req.exclude and _excluded(text, req.exclude):
+        return False
+    if req.after or req.before:
+        t = row_time(row)
+        if t is None or (req.after and t < req.after) or (req.before and t > req.before):
+            return False
+    return True
+
+
+def recent_rows(engine: Any, req: RecallRequest) -> list[str]:
+    """An empty query: the newest rows in scope, as refs, newest first."""
+    out: list[str] = []
+    mems = engine.memories.of_agent(req.scope.agent_id)
+    for row in reversed(mems):
+        if req.scope.admits(row.project_id, row.channel) and _admit(engine, req, f"mem:{row.id}"):
+            out.append(f"mem:{row.id}")
+            if len(out) >= req.limit:
+                break
+    return out
+
+
+def run_recall(
+    engine: Any,
+    settings: Settings,
+    req: RecallRequest,
+    query_vec: np.ndarray | None,
+    model: str | None,
+    *,
+    gate: bool = True,
+) -> RecallResult:
+    """Retrieve, fuse, score, gate and order. ``gate=False`` returns every fused candidate
+    (calibration measures the gate's inputs, not its outputs)."""
+    depth = max(req.limit, 1) * (3 if req.deep else 1)
+    fetch = depth * 2 if (req.source_id or req.exclude or req.after or req.before) else depth
+    use_vector = query_vec is not None and settings.recall_retrievers in ("all", "vector")
+    use_lexical = settings.recall_retrievers in ("all", "lexical")
+
+    def admitted(ranked: list[tuple[str, float]]) -> list[tuple[str, float]]:
+        return [(r, s) for r, s in ranked if _admit(engine, req, r)][:depth]
+
+    window: list[tuple[str, float]] = []
+    far: list[tuple[str, float]] = []
+    if use_vector:
+        reach = settings.vector_reach if settings.recall_mode != "cascade" else 0
+        window, far = engine.vectors.search(
+            req.scope, query_vec, fetch, window=settings.max_memories, reach=reach, model=model
+        )
+        window, far = admitted(window), admitted(far)
+        far_limit = req.limit if settings.vector_far_limit == 0 else min(req.limit, settings.vector_far_limit)
+        far = far[:far_limit]
+    lex_query = " ".join((req.query, *req.lexical_terms)) if req.lexical_terms else req.query
+    shares: dict[str, float] = {}  # each lexical row's share of the query's IDF mass
+    lexical: list[tuple[str, float]] = []
+    if use_lexical:
+        bm25_hits = engine.lexical.search_shares(req.scope, lex_query, fetch)
+        lexical = admitted([(r, s) for r, s, _ in bm25_hits])
+        shares = {r: sh for r, _, sh in bm25_hits}
+    keyword_memo: list[list[tuple[str, float]]] = []
+
+    def keyword() -> list[tuple[str, float]]:
+        """The keyword channel's admitted rows, computed on first use only: a substring search
+        whose cost grows with the agent's rows, needed when BM25 leaves the lexical vote short,
+        by ``cascade`` and by the legacy gate's fallback, and by nothing else."""
+        if not keyword_memo:
+            hits = engine.lexical.keyword_shares(req.scope, lex_query, fetch) if use_lexical else []
+            for r, _, sh in hits:
+                shares.setdefault(r, sh)  # BM25's share of a row both found stands
+            keyword_memo.append(admitted([(r, s) for r, s, _ in hits]))
+        return keyword_memo[0]
+
+    # The keyword channel is a fallback inside the lexical vote, not a vote of its own: it adds
+    # rows BM25 did not rank (identifiers, hashes, terms its tokenizer splits) after BM25's
+    # rows. Counted separately it would give lexical evidence two votes against the vector's
+    # one, and the keyword channel's coarse order (matched-term counts) would outvote both.
+    lexical_vote = list(lexical)
+    if use_lexical and len(lexical) < depth:
+        in_lexical = {r for r, _ in lexical}
+        lexical_vote += [(r, s) for r, s in keyword() if r not in in_lexical][: depth - len(lexical)]
+    lists = {"vector": window, "far": far, "lexical": lexical_vote}
+    mode = settings.recall_mode
+    if mode == "cascade":
+        cands = fusion.cascade(window, [lexical, keyword()], settings.vector_min_similarity)
+    elif mode == "rsf":
+        cands = fusion.rsf({k: v for k, v in lists.items() if v})
+    else:
+        weights = {"lexical": settings.rrf_lexical_weight}
+        evidence = None
+        if settings.rrf_evidence:
+            evidence = {
+                "vector": fusion.vector_evidence(window),
+                "far": fusion.vector_evidence(far),
+                "lexical": fusion.lexical_evidence({r: shares.get(r, 0.0) for r, _ in lexical_vote}),
+            }
+        cands = fusion.rrf({k: v for k, v in lists.items() if v}, k=settings.rrf_k, weights=weights, evidence=evidence)
+
+    cfg = GateConfig(
+        rrf_k=settings.rrf_k,
+        calibrated=engine.precision.gate_of(req.scope.agent_id),
+        confidence_enabled=settings.confidence_enabled,
+        ordering=settings.confidence_ordering,
+    )
+    now = datetime.now(UTC)
+    prior_applied = settings.episode_penalty_enabled and _apply_episode_prior(engine, settings, req.scope, cands)
+    if prior_applied and mode == "rsf":
+        cands = fusion.ordered(cands)
+    if settings.confidence_enabled:
+        for c in cands:
+            row = row_of(engine, c.ref)
+            t = row_time(row) if row is not None else None
+            age = (now - t).total_seconds() / 3600 if t else 0.0
+            c.confidence = confidence_of(c, age, getattr(row, "resolved", None), cfg)
+
+    pool = engine.lexical.count(req.scope)
+    if not gate:
+        return RecallResult(cands, None, False, lists)
+    passed, blocked = apply_gate(cands, pool, cfg)
+    gate_fallback = False
+    if cfg.legacy_confidence:
+        passed.sort(key=lambda c: -(c.confidence or 0.0))
+        if not passed:
+            lexical_refs = {r for r, _ in lexical} | {r for r, _ in keyword()}
+            rescued = [c for c in blocked if c.ref in lexical_refs]
+            if rescued:
+                passed, gate_fallback = rescued, True
+    if settings.autocut_enabled and passed:
+        values = [keyed_signal(c, cfg) for c in passed]
+        similarity_scale = cfg.legacy_confidence or (mode == "cascade" and all(sig == "cosine" for _, sig in values))
+        if similarity_scale:
+            passed = autocut(
+                passed,
+                [v or 0.0 for v, _ in values],
+                settings.autocut_min_gap_ratio,
+                settings.autocut_min_results,
+            )
+
+    profile_row = engine.profiles.rows.get(req.scope.agent_id)
+    profile = None
+    # At most one profile row, unscored, sorting last (R9); dropped on a pool under 50 rows,
+    # and cut by the limit when scored rows fill it.
+    if profile_row is not None and pool >= 50 and not req.source_id:
+        profile = profile_row.content
+    return RecallResult(passed[: req.limit], profile, gate_fallback, lists, passed)
+
+
+def _apply_episode_prior(engine: Any, settings: Settings, scope: ScopeFilter, cands: list[fusion.Candidate]) -> bool:
+    """Scale memories older than the latest episode in the same scope (R7). True if any was."""
+    boundary = None
+    for ep in engine.episodes.of_agent(scope.agent_id):
+        if scope.admits(ep.project_id, ep.channel):
+            t = parse_time(ep.created_at)
+            boundary = t if boundary is None or t > boundary else boundary
+    if boundary is None:
+        return False
+    changed = False
+    for c in cands:
+        if not c.ref.startswith("mem:"):
+            continue
+        row = row_of(engine, c.ref)
+        if row is None:
+            continue
+        written = parse_time(row.created_at)
+        hours = (boundary - written).total_seconds() / 3600
+        factor = episode_factor(hours, settings.episode_decay_rate, settings.episode_decay_floor)
+        if factor < 1.0:
+            changed = True
+            c.prior = factor
+            if c.cosine is not None:
+                c.cosine *= factor
+            if c.rsf is not None:
+                c.rsf *= factor
+                c.fused = c.rsf
+    return changed

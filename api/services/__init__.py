@@ -1,0 +1,1 @@
+"""Services the tools use: the engine, embedders, access control, settings, metrics."""

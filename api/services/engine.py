@@ -1,0 +1,284 @@
+"""The engine every face shares: log, command bus, projections and embedder, opened once.
+
+Faces (MCP, HTTP, CLI) translate their wire formats into engine calls and back; they hold no
+state of their own. Reads first fold whatever the log gained since the last read (from this
+process or any other sharing the data directory), so a read issued after a write returned sees
+that write (R12) without any coordination between processes beyond the log itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from memstream.api.services.acl import AclConfig
+from memstream.api.services.embedders import Embedders
+from memstream.api.services.embedding import Embedder
+from memstream.api.services.metrics import Metrics
+from memstream.api.services.point_in_time import PointInTime, View
+from memstream.api.services.settings import Settings
+from memstream.projections.associations import AssociationsProjection
+from memstream.projections.history import HistoryProjection
+from memstream.projections.lexical import LexicalProjection
+from memstream.projections.precision import PrecisionProjection
+from memstream.projections.records import EpisodesProjection, MemoriesProjection, ProfilesProjection
+from memstream.projections.runner import ProjectionRunner
+from memstream.projections.standings import StandingsProjection
+from memstream.projections.vectors import VectorProjection
+from memstream.projections.versions import VersionsProjection
+from memstream.streams.buses.embedded import EmbeddedCommandBus
+from memstream.streams.commands import Command
+from memstream.streams.decision import Limits
+from memstream.streams.events import AuditRecord, Embedding, decode
+from memstream.streams.folding import freeze_long_lived
+from memstream.streams.log.port import Committed
+from memstream.streams.log.sqlite import SqliteLog
+from memstream.streams.snapshots import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Within one tool call: whether the decider refused (and so audited) its command, and the
+# failure's code (not_found, locked, conflict, ...), which the HTTP face turns into a status.
+REFUSAL_AUDITED: ContextVar[bool] = ContextVar("memstream_refusal_audited", default=False)
+FAILURE_CODE: ContextVar[str | None] = ContextVar("memstream_failure_code", default=None)
+
+
+def mark_failure(code: str) -> None:
+    """A handler refusing on its own (before any command) names the kind of failure."""
+    FAILURE_CODE.set(code)
+
+
+def read_models(snapshots: SnapshotStore | None = None) -> list[Any]:
+    """Fresh instances of every read model this engine serves, in a fixed order. ``snapshots``
+    is where read models with binary state (vectors) keep their sidecar files."""
+    return [
+        MemoriesProjection(),
+        EpisodesProjection(),
+        ProfilesProjection(),
+        HistoryProjection(),
+        PrecisionProjection(),
+        VectorProjection(blobs=snapshots),
+        LexicalProjection(),
+        AssociationsProjection(),
+        StandingsProjection(),
+        VersionsProjection(),
+    ]
+
+
+# A provider of "these refs are superseded by those": (agent_id, refs) -> {ref: [newer refs]}.
+SupersededProvider = Callable[[str, Sequence[str]], Mapping[str, Sequence[str]]]
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        embedder: Embedder | None = None,
+        embedders: Mapping[str, Embedder] | None = None,
+    ) -> None:
+        """``embedder`` is the configured model (new agents get it); ``embedders`` are other
+        models by id, for agents whose vectors a re-embed moved elsewhere (else loaded by name)."""
+        self.settings = settings
+        self.log = SqliteLog(settings.log_path, num_partitions=settings.partitions, synchronous=settings.sync)
+        self.snapshots = SnapshotStore(settings.snapshot_dir)
+        self.bus = EmbeddedCommandBus(
+            self.log,
+            # The decider's limits are a backstop behind the tools' own checks (which cut content
+            # at max_content_chars and refuse metadata past max_metadata_chars characters): they
+            # must never refuse what a tool accepted, so they allow the larger text cap and the
+            # metadata cap counted in bytes (up to 4 per character), with some slack.
+            limits=Limits(
+                max(settings.max_content_chars, settings.max_profile_chars), settings.max_metadata_chars * 4 + 1024
+            ),
+            snapshots=self.snapshots,
+            snapshot_every=settings.snapshot_every,
+        )
+        self.runner = ProjectionRunner(
+            self.log, read_models(self.snapshots), self.snapshots, checkpoint_every=settings.snapshot_every
+        )
+        self.embedders = Embedders(settings, embedder, embedders)
+        self.point_in_time = PointInTime(self, lambda: read_models(None))
+        self._read_lock = asyncio.Lock()
+        self.jobs: dict[str, Any] = {}  # background admin jobs by kind (see api/tools/admin.py)
+        self.metrics = Metrics()  # served at GET /metrics (api/services/metrics.py)
+        self.metrics.bind(self)
+        # The access policy dispatch enforces; None: anonymous full access. Set by the faces
+        # from MEMSTREAM_ACL_FILE (api/services/acl.py), before they serve anything.
+        self.acl: AclConfig | None = None
+        self._started = False
+
+    # The read models, by position in ``read_models()``. Read through the runner, which may
+    # replace one whose checkpoint could not be loaded.
+    @property
+    def memories(self) -> MemoriesProjection:
+        return self.runner.projections[0]  # type: ignore[return-value]
+
+    @property
+    def episodes(self) -> EpisodesProjection:
+        return self.runner.projections[1]  # type: ignore[return-value]
+
+    @property
+    def profiles(self) -> ProfilesProjection:
+        return self.runner.projections[2]  # type: ignore[return-value]
+
+    @property
+    def history(self) -> HistoryProjection:
+        return self.runner.projections[3]  # type: ignore[return-value]
+
+    @property
+    def precision(self) -> PrecisionProjection:
+        return self.runner.projections[4]  # type: ignore[return-value]
+
+    @property
+    def vectors(self) -> VectorProjection:
+        return self.runner.projections[5]  # type: ignore[return-value]
+
+    @property
+    def lexical(self) -> LexicalProjection:
+        return self.runner.projections[6]  # type: ignore[return-value]
+
+    def _named(self, name: str) -> Any:
+        """A read model by name: later additions are found without depending on list positions."""
+        return next(p for p in self.runner.projections if p.name == name)
+
+    @property
+    def standings(self) -> StandingsProjection:
+        return self._named("standings")  # type: ignore[no-any-return]
+
+    @property
+    def versions(self) -> VersionsProjection:
+        return self._named("versions")  # type: ignore[no-any-return]
+
+    def superseded_providers(self) -> list[SupersededProvider]:
+        """Every source of "this record is superseded by that one" a packet consults
+        (``api.context.packet.superseded_refs`` merges them). Today: newer versions under the
+        same msg_id, and declared ``X supersedes Y`` relations."""
+        return [self.versions.superseded_by, self.associations.superseded_by]
+
+    @property
+    def associations(self) -> AssociationsProjection:
+        return self._named("associations")  # type: ignore[no-any-return]
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.embedders.default
+
+    @property
+    def applied_offset(self) -> int:
+        """The last event the read models include (read it inside ``read``: the state the
+        rows show). A Kafka worker's engine says the same of its partition."""
+        return self.runner.offset
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await self.bus.start()
+        await loop.run_in_executor(None, self._restore_projections)
+        self._started = True
+
+    def _restore_projections(self) -> None:
+        self.runner.restore()
+        self.fold("start-up", self.runner)
+        freeze_long_lived()
+
+    def fold(self, kind: str, runner: ProjectionRunner, stop: int | None = None) -> int:
+        """``runner.catch_up(stop)`` (possibly long: start-up, a big tail, a point-in-time
+        replay) with its progress in the metrics (``memstream_fold_events_*``)."""
+        end = self.log.end_offset() if stop is None else stop
+        progress = self.metrics.fold
+        progress.start(kind, runner.offset + 1, end)
+        try:
+            return runner.catch_up(end, progress=progress.update)
+        finally:
+            progress.finish()
+
+    async def close(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        for job in self.jobs.values():
+            task = getattr(job, "task", None)
+            if task is not None and not task.done():
+                task.cancel()  # resumable by design: what it appended stays, the rest is redone
+                await asyncio.gather(task, return_exceptions=True)
+        await self.bus.close()
+        try:
+            self.runner.catch_up()
+            self.runner.checkpoint()
+        except OSError as exc:
+            log.warning("could not checkpoint projections on close: %s", exc)
+        self.embedders.close()
+        self.log.close()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def submit(self, command: Command) -> Committed:
+        committed = await self.bus.submit(command)
+        if committed.outcome.result == "rejected":
+            REFUSAL_AUDITED.set(True)  # the bus wrote its audit record
+            FAILURE_CODE.set(committed.outcome.error or "invalid")
+        return committed
+
+    async def refuse(self, record: AuditRecord) -> None:
+        await self.bus.record_refusal(record)
+
+    def embedder_for(self, model: str | None) -> Embedder:
+        return self.embedders.embedder_for(model)
+
+    def agent_model(self, agent_id: str) -> str | None:
+        """The model of an agent's vectors, as of the log's end.
+
+        The read models say it as of their offset; a switch another process appended since
+        is looked up in the agent's part of the log's tail (an indexed read of one event type)
+        instead of folding the whole tail here, so a store does not pay a read's fold."""
+        since = self.runner.offset + 1  # first: a fold running meanwhile only makes ``model`` newer
+        model = self.vectors.model_of(agent_id)
+        if self.log.end_offset() > since:
+            switched = self.log.read(since, agent_id=agent_id, types=("embedding.switched",), vectors=False)
+            if switched:
+                model = decode(switched[-1].value)["payload"]["model"]
+        return model
+
+    async def embed(
+        self, texts: Sequence[str], *, agent_id: str | None = None, model: str | None = None
+    ) -> list[Embedding | None]:
+        """Embeddings for texts, tagged with the model: the agent's model when ``agent_id`` is
+        given (see ``Embedders.embedder_for``), else ``model``, else the configured one. With
+        ``MEMSTREAM_EMBEDDER=none`` nothing is embedded (as CPersona's embedding mode ``none``):
+        memories are stored without vectors and found lexically only."""
+        if agent_id is not None and model is None and self.embedders.enabled:
+            model = self.agent_model(agent_id)
+        started = time.perf_counter()
+        out = await self.embedders.embed(texts, model)
+        if self.embedders.enabled:
+            self.metrics.observe_embed(time.perf_counter() - started, len(texts))
+        return out
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def at(self, as_of: int | str | None) -> Engine | View:
+        """This engine for a read "now", or a view of the state at ``as_of`` (H3)."""
+        if as_of is None:
+            return self
+        return await self.point_in_time.view(as_of)
+
+    async def read(self, query: Callable[[], T]) -> T:
+        """Run a read against projections that include every write already acknowledged.
+
+        The tail the log gained since the last read (from this process or another sharing the
+        data directory) is folded first; a long one on a worker thread. The lock is held for
+        the query too, so no read ever sees a projection halfway through a fold.
+        """
+        async with self._read_lock:
+            end = self.log.end_offset()
+            lag = end - 1 - self.runner.offset
+            if 0 < lag < 2_000:
+                self.runner.catch_up(end)
+            elif lag > 0:
+                await asyncio.get_running_loop().run_in_executor(None, self.fold, "catch-up", self.runner, end)
+            return query()

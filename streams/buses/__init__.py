@@ -1,0 +1,1 @@
+"""Command buses: how a write reaches its decider, embedded and over Kafka."""

@@ -1,0 +1,241 @@
+"""The embedded command bus: decide inside the log's write transaction, with group commit.
+
+Every batch runs as one SQLite ``BEGIN IMMEDIATE`` transaction: catch the decision state up
+with whatever other processes appended, decide each command in arrival order against it,
+append the events and audit records, commit, and only then answer the callers. Because the
+write lock spans catch-up, decision and append, two processes (or two tasks) racing on the
+same msg_id can never both land (W3), and an answer is only given for a write that is on disk.
+
+Commands that arrive while a batch is committing form the next batch, so the cost of the
+commit's fsync is shared by every concurrent writer (group commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from memstream.streams.commands import Command
+from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
+from memstream.streams.decision import DecisionState, Limits
+from memstream.streams.events import AuditRecord, decode
+from memstream.streams.folding import bulk_fold
+from memstream.streams.log.port import Committed, LogUnavailable
+from memstream.streams.log.sqlite import SqliteLog
+from memstream.streams.snapshots import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+DECISION_SNAPSHOT = "decision"
+MAX_BATCH = 512
+
+
+@dataclass(slots=True)
+class _Pending:
+    item: Command | AuditRecord
+    future: asyncio.Future[Committed]
+
+
+def load_decision_state(log_: SqliteLog, snapshots: SnapshotStore | None) -> DecisionState:
+    """The decision state from its snapshot (if sound and compatible) plus the log's tail."""
+    state: DecisionState | None = None
+    if snapshots is not None:
+        body = snapshots.load(DECISION_SNAPSHOT)
+        if (
+            body is not None
+            and body.get("format") == DecisionState.FORMAT
+            and body.get("num_partitions") == log_.num_partitions
+        ):
+            state = DecisionState.from_snapshot(body)
+    if state is None:
+        state = DecisionState(log_.num_partitions)
+    catch_up_decision_state(log_, state)
+    return state
+
+
+def catch_up_decision_state(log_: SqliteLog, state: DecisionState, conn: sqlite3.Connection | None = None) -> int:
+    """Fold every event and audit record the state has not seen yet; returns how many.
+
+    Audit records carry the event offset they were decided after, so the two tables are
+    merged back into the order the decider saw them: the command-id memo (and its bounded
+    window) is then identical on every replay.
+    """
+    db = conn if conn is not None else log_.connection()
+    behind = log_.end_offset() - 1 - state.event_offset if conn is None else 0
+    with bulk_fold(behind):
+        return _catch_up(db, state)
+
+
+def _catch_up(db: sqlite3.Connection, state: DecisionState) -> int:
+    n = 0
+    while True:
+        rows = db.execute(
+            'SELECT "offset", value FROM events WHERE "offset" > ? ORDER BY "offset" LIMIT 5000',
+            (state.event_offset,),
+        ).fetchall()
+        bound = rows[-1][0] if len(rows) == 5000 else None
+        sql = 'SELECT "offset", after_event, value FROM audit WHERE "offset" > ?'
+        args: tuple[int, ...] = (state.audit_offset,)
+        if bound is not None:
+            sql += " AND after_event < ?"
+            args += (bound,)
+        audits = db.execute(sql + ' ORDER BY "offset"', args).fetchall()
+        i = 0
+        for offset, value in rows:
+            while i < len(audits) and audits[i][1] < offset:
+                state.apply_audit(audits[i][0], decode(audits[i][2]))
+                i += 1
+            state.apply_event(offset, decode(value))
+        for a_offset, _, value in audits[i:]:
+            state.apply_audit(a_offset, decode(value))
+        n += len(rows) + len(audits)
+        if bound is None:
+            return n
+
+
+class EmbeddedCommandBus:
+    def __init__(
+        self,
+        log_: SqliteLog,
+        *,
+        limits: Limits | None = None,
+        snapshots: SnapshotStore | None = None,
+        snapshot_every: int = 100_000,
+    ) -> None:
+        self.log = log_
+        self.limits = limits or Limits()
+        self.snapshots = snapshots
+        self.snapshot_every = snapshot_every
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstream-writer")
+        self._conn: sqlite3.Connection | None = None
+        self.state: DecisionState | None = None
+        self._since_snapshot = 0
+        self._queue: asyncio.Queue[_Pending] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._open)
+        self._queue = asyncio.Queue()
+        self._task = asyncio.create_task(self._run(), name="memstream-committer")
+
+    def _open(self) -> None:
+        self._conn = self.log.writer_connection()
+        self.state = load_decision_state(self.log, self.snapshots)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._shutdown)
+        self._executor.shutdown(wait=True)
+
+    def _shutdown(self) -> None:
+        if self.state is not None and self.snapshots is not None and self._since_snapshot:
+            self._save_snapshot()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- the port ---------------------------------------------------------------------------
+
+    async def submit(self, command: Command) -> Committed:
+        return await self._enqueue(command)
+
+    async def record_refusal(self, record: AuditRecord) -> None:
+        await self._enqueue(record)
+
+    async def _enqueue(self, item: Command | AuditRecord) -> Committed:
+        if self._queue is None:
+            raise RuntimeError("the command bus is not started")
+        fut: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Pending(item, fut))
+        return await fut
+
+    # -- the committer ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            batch = [p for p in batch if not p.future.cancelled()]
+            if not batch:
+                continue
+            try:
+                results = await loop.run_in_executor(self._executor, self._commit, [p.item for p in batch])
+            except Exception as exc:  # the whole batch failed: nothing of it was appended
+                err = exc if isinstance(exc, LogUnavailable) else LogUnavailable(str(exc))
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(err)
+                continue
+            for p, result in zip(batch, results, strict=True):
+                if p.future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    p.future.set_exception(result)
+                else:
+                    p.future.set_result(result)
+
+    def _commit(self, items: list[Command | AuditRecord]) -> list[Committed | BaseException]:
+        """One transaction: catch up, decide in order, append, commit. Runs on the writer thread."""
+        conn = self._conn
+        state = self.state
+        assert conn is not None and state is not None
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise LogUnavailable(f"the log is not writable: {exc}") from exc
+        try:
+            catch_up_decision_state(self.log, state, conn)
+            results: list[Committed | BaseException] = []
+            events: list[NewEvent] = []
+            audits: list[NewAudit] = []
+            for item in items:
+                try:
+                    results.append(decide_and_fold(state, item, self.limits, events, audits))
+                except Exception as exc:  # a bug in one decider must not sink the batch
+                    log.exception("decider failed")
+                    results.append(exc)
+            if events:
+                conn.executemany(
+                    'INSERT INTO events("offset", partition, agent, type, value, vector) VALUES (?,?,?,?,?,?)',
+                    [(e.offset, e.partition, e.agent, e.type, e.value, e.vector) for e in events],
+                )
+            if audits:
+                conn.executemany(
+                    'INSERT INTO audit("offset", partition, agent, kind, after_event, value) VALUES (?,?,?,?,?,?)',
+                    [(a.offset, a.partition, a.agent, a.kind, a.after_event, a.value) for a in audits],
+                )
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            # The state already folded events that were never committed: fold it afresh.
+            self.state = load_decision_state(self.log, self.snapshots)
+            raise LogUnavailable(f"append failed, nothing was written: {exc}") from exc
+        self._since_snapshot += len(events)
+        if self.snapshots is not None and self._since_snapshot >= self.snapshot_every:
+            self._save_snapshot()
+        return results
+
+    def _save_snapshot(self) -> None:
+        assert self.state is not None and self.snapshots is not None
+        try:
+            self.snapshots.save(DECISION_SNAPSHOT, self.state.to_snapshot())
+            self._since_snapshot = 0
+        except OSError as exc:  # a missing snapshot costs replay time, never correctness
+            log.warning("could not write the decision snapshot: %s", exc)
+            self._since_snapshot = 0  # next try after another snapshot_every events, not every commit

@@ -1,0 +1,341 @@
+"""The decider on Kafka: per partition, the same decide-and-fold step as the embedded bus.
+
+A worker holds the decision state of each partition of the commands topic it is assigned. The
+state is folded from that partition's events and audit records (merged in decision order by
+the ``after_event`` header) when the partition's first command arrives after an assignment, so
+whatever a previous owner appended is seen before anything is decided. Then, per batch:
+
+1. decide every command in arrival order, folding its events into the state at once (the next
+   command of the batch sees them) with the offsets they will get: this decider is the only
+   writer of its partition of the events and audit topics;
+2. queue the events and audit records in the idempotent producer (``acks=all``, order kept),
+   and go on to the next batch while their acknowledgements are in flight;
+3. in a completion chained to the previous batch's, wait for the acknowledgements, check the
+   records landed at exactly the expected offsets, hand the events to ``on_appended`` (the
+   worker folds its read models there: api/kafka/worker/append_fold.py), and only then reply to each
+   submitter.
+
+A failed append, or records landing elsewhere than expected (another writer: a zombie owner
+after a rebalance), means the state folded records the log does not hold: the decider refuses
+every later batch and the worker stops, so its partitions move and are folded afresh from the
+topics elsewhere. Nothing unacknowledged was replied to; its submitters time out and retry with
+the same command id. Delivery is at least once: a command seen again (redelivered after a
+crash, or retried by its submitter) is recognised by its command id in the folded state and
+answered with its first outcome, appending nothing (W9). That is what makes a decision
+exactly-once in effect without Kafka transactions.
+
+Commands a worker's own query face receives for a partition the worker owns skip the commands
+topic (``submit_local``): they join the same per-partition sequence as the topic's batches
+(one lock per decider, so the two paths never interleave inside a batch), are decided by the
+same step, appended the same way, and answered in-process once their acknowledgements arrived.
+That removes two produces and two fetches from every write, which are most of a write's cost
+on a small cluster. The topic path stays for everyone else: API processes without a worker,
+and calls that reach a worker while its partition is moving. Fencing is unchanged: a zombie
+owner deciding locally is caught by the same landed-offset check and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+from memstream.streams.buses.codec import CodecError, decode_item, encode_reply
+from memstream.streams.commands import Command
+from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
+from memstream.streams.decision import DecisionState, Limits
+from memstream.streams.events import AuditRecord, decode
+from memstream.streams.log.kafka import Appended, KafkaLog, KafkaLogError, OutRecord
+from memstream.streams.log.port import Committed, LogUnavailable
+
+log = logging.getLogger(__name__)
+
+RESTORE_CHUNK = 20_000
+LOCAL_BATCH_WAIT_S = 0.001  # how long local submissions gather before one round of acks
+
+# Where a decision's outcome goes: a partition of the replies topic (a submitter elsewhere), or
+# the future a local submitter awaits.
+ReplyTo = Union[int, "asyncio.Future[Committed]"]
+Item = tuple[Command | AuditRecord, ReplyTo | None]
+# Told of each batch of events once it landed where the decider expected, before any reply.
+AppendedHook = Callable[[int, Sequence[NewEvent]], Awaitable[None]]
+
+
+class NotOwned(LookupError):
+    """A local submission for a partition this worker does not (or no longer) own."""
+
+    def __init__(self, partition: int) -> None:
+        super().__init__(f"partition {partition} is not owned by this worker")
+        self.partition = partition
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One record of the commands topic, as the consumer delivered it."""
+
+    partition: int
+    offset: int
+    value: bytes
+    headers: Any
+
+
+async def fold_partition(kafka: KafkaLog, partition: int) -> DecisionState:
+    """The decision state of one partition, folded from its events and audit records."""
+    cfg = kafka.cfg
+    state = DecisionState(cfg.partitions)
+    audits = []
+    start = 0
+    while True:
+        chunk = await kafka.read_records(cfg.audit_topic, partition, start, limit=RESTORE_CHUNK)
+        for rec in chunk:
+            after = int(dict(rec.headers).get("after_event", b"-1"))
+            audits.append((rec.offset, after, rec.value or b""))
+        if len(chunk) < RESTORE_CHUNK:
+            break
+        start = chunk[-1].offset + 1
+    i = 0
+    start = 0
+    while True:
+        events = await kafka.read(partition, start, limit=RESTORE_CHUNK, vectors=False)
+        for ev in events:
+            while i < len(audits) and audits[i][1] < ev.offset:
+                state.apply_audit(audits[i][0], decode(audits[i][2]))
+                i += 1
+            state.apply_event(ev.offset, decode(ev.value))
+        if len(events) < RESTORE_CHUNK:
+            break
+        start = events[-1].offset + 1
+    for offset, _, value in audits[i:]:
+        state.apply_audit(offset, decode(value))
+    return state
+
+
+class KafkaDecider:
+    """Decides the commands of the partitions its worker holds (see the module docstring)."""
+
+    def __init__(self, kafka: KafkaLog, limits: Limits | None = None) -> None:
+        self.kafka = kafka
+        self.limits = limits or Limits()
+        self.states: dict[int, DecisionState] = {}
+        self.decided = 0
+        self.batches = 0
+        self.busy_s = 0.0  # time spent deciding and queueing appends
+        self._completing: asyncio.Task[None] | None = None  # the last batch's acks and replies
+        self.failure: BaseException | None = None
+        # Called once when an append fails: the worker must stop (see kafka_worker.create_app).
+        self.on_failure: Callable[[BaseException], None] | None = None
+        # The worker's read side, folding what was appended (see the module docstring).
+        self.on_appended: AppendedHook | None = None
+        self.owned: set[int] = set()  # partitions the group gave this worker, for submit_local
+        self._lock = asyncio.Lock()  # one partition batch at a time, whichever path it came by
+        self._local: dict[int, list[Item]] = {}
+        self._local_flush: asyncio.Task[None] | None = None
+
+    def forget(self, partitions: Iterable[int]) -> None:
+        """Partitions assigned or revoked: their state is folded afresh at their next command."""
+        for p in partitions:
+            self.states.pop(p, None)
+
+    def owns(self, partition: int) -> bool:
+        return self.failure is None and partition in self.owned
+
+    async def state_of(self, partition: int) -> DecisionState | None:
+        """The decision state of an owned partition (None if not owned), folded now when the
+        decider has none yet: after an assignment it folds a partition at its first command,
+        and a reader that asks what was decided (an import's dry run: was this command id
+        decided already?) must not be told "nothing" meanwhile."""
+        async with self._lock:
+            if not self.owns(partition):
+                return None
+            if not self.kafka.started:
+                await self.kafka.start()
+            state = self.states.get(partition)
+            if state is None:
+                state = self.states[partition] = await fold_partition(self.kafka, partition)
+            return state
+
+    async def submit_local(self, partition: int, item: Command | AuditRecord) -> Committed:
+        """Decide a command of an owned partition in-process (see the module docstring).
+
+        Submissions arriving together are decided as one batch, so concurrent writers share one
+        round of acknowledgements as they do on the topic path."""
+        if self.failure is not None:
+            raise LogUnavailable(f"this worker's decider stopped after a failed append: {self.failure}")
+        if partition not in self.owned:
+            raise NotOwned(partition)
+        fut: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
+        self._local.setdefault(partition, []).append((item, fut))
+        if self._local_flush is None or self._local_flush.done():
+            self._local_flush = asyncio.create_task(self._flush_local(), name="memstream-decide-local")
+        return await fut
+
+    async def _flush_local(self) -> None:
+        await asyncio.sleep(LOCAL_BATCH_WAIT_S)
+        while self._local:
+            pending, self._local = self._local, {}
+            started = time.perf_counter()
+            for partition, items in sorted(pending.items()):
+                try:
+                    await self._decide_partition(partition, items)
+                except BaseException as exc:
+                    for _, fut in items:
+                        if isinstance(fut, asyncio.Future) and not fut.done():
+                            fut.set_exception(LogUnavailable(f"the decision failed: {type(exc).__name__}: {exc}"))
+                    if not isinstance(exc, Exception):
+                        raise
+            self.batches += 1
+            self.busy_s += time.perf_counter() - started
+
+    async def handle(self, batch: Sequence[Incoming]) -> None:
+        if self.failure is not None:
+            raise self.failure  # stops the agent, and with it the worker (see _complete)
+        started = time.perf_counter()
+        by_partition: dict[int, list[Incoming]] = {}
+        for msg in batch:
+            by_partition.setdefault(msg.partition, []).append(msg)
+        for partition, msgs in sorted(by_partition.items()):
+            await self._handle_partition(partition, msgs)
+        self.batches += 1
+        self.busy_s += time.perf_counter() - started
+
+    async def _handle_partition(self, partition: int, msgs: list[Incoming]) -> None:
+        items: list[Item] = []
+        for msg in msgs:
+            try:
+                items.append(decode_item(msg.value, msg.headers))
+            except CodecError as exc:
+                # Written by a newer or broken producer: skipping it is the only way forward,
+                # and it never became an event; say so loudly.
+                log.error("commands partition %d offset %d skipped: %s", partition, msg.offset, exc)
+        await self._decide_partition(partition, items)
+
+    async def _decide_partition(self, partition: int, items: list[Item]) -> None:
+        async with self._lock:
+            if partition not in self.owned:
+                # Moved away while these waited: local submitters send them by the topic instead.
+                local = [r for _, r in items if isinstance(r, asyncio.Future)]
+                for fut in local:
+                    if not fut.done():
+                        fut.set_exception(NotOwned(partition))
+                items = [(i, r) for i, r in items if not isinstance(r, asyncio.Future)]
+                if not items:
+                    return
+            await self._decide_locked(partition, items)
+
+    async def _decide_locked(self, partition: int, items: list[Item]) -> None:
+        if self.failure is not None:
+            raise self.failure
+        if not self.kafka.started:
+            await self.kafka.start()  # the worker's first decision: connect its producer and reader
+        state = self.states.get(partition)
+        if state is None:
+            state = self.states[partition] = await fold_partition(self.kafka, partition)
+        events: list[NewEvent] = []
+        audits: list[NewAudit] = []
+        replies: list[tuple[ReplyTo, str, Committed]] = []
+        try:
+            for item, reply_to in items:
+                try:
+                    committed = decide_and_fold(state, item, self.limits, events, audits)
+                except Exception as exc:  # a bug in one decider must not sink the batch
+                    log.exception("decider failed on %s", type(item).__name__)
+                    if isinstance(reply_to, asyncio.Future) and not reply_to.done():
+                        reply_to.set_exception(LogUnavailable(f"the decider failed: {type(exc).__name__}"))
+                    continue
+                if reply_to is not None:
+                    replies.append((reply_to, item.command_id, committed))
+            pending = await self._enqueue(events, audits)
+        except BaseException:
+            self.states.pop(partition, None)  # folded ahead of the log: fold afresh next time
+            raise
+        self.decided += len(items)
+        # The next batch is decided while this one's acknowledgements are in flight; replies
+        # go out only once they arrived, in batch order (each completion waits for the last).
+        previous = self._completing
+        self._completing = asyncio.create_task(self._complete(previous, partition, events, audits, pending, replies))
+
+    async def _enqueue(self, events: list[NewEvent], audits: list[NewAudit]) -> list[asyncio.Future[Any]]:
+        """Queue the events and audit records in the producer (order kept per partition)."""
+        cfg = self.kafka.cfg
+        event_records = [
+            OutRecord(
+                e.partition,
+                e.agent.encode("utf-8", "surrogatepass"),
+                e.value,
+                [("type", e.type.encode())] + ([("vector", e.vector)] if e.vector is not None else []),
+            )
+            for e in events
+        ]
+        audit_records = [
+            OutRecord(
+                a.partition,
+                a.agent.encode("utf-8", "surrogatepass"),
+                a.value,
+                [("type", a.kind.encode()), ("after_event", str(a.after_event).encode())],
+            )
+            for a in audits
+        ]
+        futures = await self.kafka.enqueue(cfg.events_topic, event_records) if events else []
+        futures += await self.kafka.enqueue(cfg.audit_topic, audit_records) if audits else []
+        return futures
+
+    async def _complete(
+        self,
+        previous: asyncio.Task[None] | None,
+        partition: int,
+        events: list[NewEvent],
+        audits: list[NewAudit],
+        pending: list[asyncio.Future[Any]],
+        replies: list[tuple[ReplyTo, str, Committed]],
+    ) -> None:
+        try:
+            if previous is not None:
+                await previous
+            metas = await asyncio.gather(*pending)
+            landed = [Appended(m.partition, m.offset) for m in metas]
+            _check_landed("events", partition, [e.offset for e in events], landed[: len(events)])
+            _check_landed("audit", partition, [a.offset for a in audits], landed[len(events) :])
+        except BaseException as exc:
+            # The state folded records that are not (all) in the log. Deciding on would build on
+            # them: the worker stops (its partitions move; their states are folded afresh from the
+            # topics there). Submitters of the unanswered commands time out and retry with the
+            # same command id, answered from the log's state.
+            self.states.pop(partition, None)
+            for r, _, _ in replies:
+                if isinstance(r, asyncio.Future) and not r.done():
+                    r.set_exception(LogUnavailable(f"the append failed: {type(exc).__name__}: {exc}"))
+            if self.failure is None:
+                self.failure = exc
+                log.critical("append failed on partition %d; the worker stops: %s", partition, exc)
+                if self.on_failure is not None:
+                    self.on_failure(exc)
+            raise
+        if self.on_appended is not None and events:
+            try:
+                await self.on_appended(partition, events)
+            except Exception:  # the events are in the log: the read side recovers them from there
+                log.exception("partition %d: folding appended events failed", partition)
+        remote = []
+        for r, cid, out in replies:
+            if isinstance(r, asyncio.Future):
+                if not r.done():
+                    r.set_result(out)
+            else:
+                remote.append(OutRecord(r, cid.encode(), encode_reply(cid, out), []))
+        if remote:
+            # Not waited for: a lost reply is a submitter's timeout, repaired by its retry with
+            # the same command id (answered from the folded state), exactly as after a crash.
+            await self.kafka.send(self.kafka.cfg.replies_topic, remote, wait=False)
+
+
+def _check_landed(what: str, partition: int, expected: list[int], landed: Sequence[Any]) -> None:
+    got = [(a.partition, a.offset) for a in landed]
+    want = [(partition, o) for o in expected]
+    if got != want:
+        raise KafkaLogError(
+            f"{what} records of partition {partition} landed at {got[:3]}… instead of {want[:3]}…: another writer "
+            "appended to this partition (a previous owner still running?); the state is folded again"
+        )

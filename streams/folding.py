@@ -1,0 +1,39 @@
+"""Long folds and the cyclic garbage collector: pause it while folding, freeze what survives."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+
+BULK = 10_000  # events: from here on a fold runs with the cyclic GC paused
+
+
+@contextlib.contextmanager
+def bulk_fold(events: int) -> Iterator[None]:
+    """Pause the cyclic garbage collector while folding many events.
+
+    A fold allocates millions of small long-lived objects and no cycles; with the collector
+    on, every generation-2 pass walks the whole (growing) state, which makes a long replay
+    quadratic-ish. Afterwards the survivors are frozen out of future collections."""
+    if events < BULK or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.freeze()
+
+
+def freeze_long_lived() -> None:
+    """Move every object alive now out of the cyclic collector's reach (``gc.freeze``).
+
+    Called once the read models are loaded (from snapshots, or folded): they are millions of
+    small objects that live as long as the process and hold no garbage cycles, and without this
+    every generation-2 collection walks all of them, a pause of hundreds of milliseconds at
+    100k memories that lands on whichever call triggers it (the p99 of a loaded server). The
+    start-up's own garbage is collected first, so it is not frozen with them."""
+    gc.collect()
+    gc.freeze()

@@ -1,0 +1,1 @@
+"""The log: its port, and the embedded (SQLite) and Kafka adapters."""
