@@ -411,7 +411,7 @@ def worker(
     Start several: they split the partitions, and `memstream serve --kafka` routes each call to
     the worker that owns its agent."""
     from memstream.api.faces.auth import is_loopback
-    from memstream.api.kafka.worker.node import run_node
+    from memstream.api.kafka.worker.app import run_worker
     from memstream.streams.log.kafka import KafkaLogError
 
     settings = _settings(None)
@@ -423,7 +423,7 @@ def worker(
             host,
         )
     try:
-        run_node(
+        run_worker(
             kafka_config(bootstrap, prefix, partitions, replication),
             settings,
             host=host,

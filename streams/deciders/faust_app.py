@@ -1,5 +1,5 @@
 """The faust app of a ``memstream worker``: the decider as a faust agent, and the hooks the
-worker's read side (``api/kafka/worker/node.py``) uses to follow the partitions it is given and to
+worker's read side (``api/kafka/worker/app.py``) uses to follow the partitions it is given and to
 fold, in the agent's step, the events the agent appends.
 
 Workers of one deployment form one consumer group on the commands topic and split its

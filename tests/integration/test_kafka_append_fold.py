@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from integration.test_kafka_commands import store
-from memstream.api.kafka.worker.node import Node
+from memstream.api.kafka.worker.app import Worker
 from memstream.api.kafka.worker.replay import rebuild_partitions
 from memstream.api.services.settings import Settings
 from memstream.projections.runner import digest_of
@@ -33,7 +33,7 @@ async def test_the_agent_folds_what_it_appends_and_the_tail_repairs_the_rest(
     p = partition_for(AGENT, cfg.partitions)
     decider = KafkaDecider(KafkaLog(cfg))
     decider.owned = {p}
-    node = Node(cfg, Settings(data_dir=tmp_path, kafka_checkpoint_every=0), url="http://127.0.0.1:9")
+    node = Worker(cfg, Settings(data_dir=tmp_path, kafka_checkpoint_every=0), url="http://127.0.0.1:9")
     node.decider = decider
     decider.on_appended = node.appended
     n = 0

@@ -53,7 +53,7 @@ from memstream.streams.events import AuditRecord, decode, parse_ref
 
 if TYPE_CHECKING:
     from memstream.api.kafka.router.app import Router
-    from memstream.api.kafka.worker.node import Node
+    from memstream.api.kafka.worker.app import Worker
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class RouterGate:
 # -- the worker's side ---------------------------------------------------------------------------
 
 
-async def owner_in_partition(node: Node, kind: str, ident: int) -> tuple[bool, str | None]:
+async def owner_in_partition(node: Worker, kind: str, ident: int) -> tuple[bool, str | None]:
     """(whether this worker holds the record's partition, the agent owning the record or None).
     Read from the partition's read models once they include every write acknowledged, as any
     read; a deleted record's owner is named by the first event of its history."""
@@ -110,7 +110,7 @@ async def owner_in_partition(node: Node, kind: str, ident: int) -> tuple[bool, s
     return True, (str(decode(records[0].value)["scope"]["agent_id"]) if records else None)
 
 
-def owner_route(node: Node) -> Route:
+def owner_route(node: Worker) -> Route:
     """``POST /v1/owner {"ref": "mem:<id>"}`` → ``{"owner": agent_id | null}``: the owner of a
     record of this worker's partitions, for the routers' grant checks (421 when not held here)."""
     from memstream.api.faces.http import json_response

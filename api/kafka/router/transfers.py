@@ -86,7 +86,7 @@ from memstream.streams.log.port import LogUnavailable, partition_for
 
 if TYPE_CHECKING:
     from memstream.api.kafka.router.app import Router
-    from memstream.api.kafka.worker.node import Node
+    from memstream.api.kafka.worker.app import Worker
 
 log = logging.getLogger(__name__)
 
@@ -360,7 +360,7 @@ HANDLERS: dict[str, Handler] = {
 # -- the worker's side ------------------------------------------------------------------------
 
 
-def transfer_routes(node: Node) -> list[Route]:
+def transfer_routes(node: Worker) -> list[Route]:
     """The internal routes a worker answers for the routers' transfers (see the module doc).
     Each names its partition in ``x-memstream-partition``; 421 when this worker does not own
     it (the router then waits for the owner), 503 when the partition cannot be read in time."""

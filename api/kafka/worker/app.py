@@ -12,7 +12,7 @@ through the node's ``KafkaCommandBus`` to whichever worker owns the partition.
 
 Who folds the read models (api/kafka/worker/append_fold.py): the worker's faust agent, as it decides.
 The decider is the only writer of its partitions, so once an append is acknowledged where the
-decider expected it, the agent hands the events to ``Node.appended``, which folds them before
+decider expected it, the agent hands the events to ``Worker.appended``, which folds them before
 any submitter hears back. The events topic is the models' changelog, read by one tailing
 consumer (no group: in-memory models resume from their own state, a checkpoint of the partition
 (api/kafka/worker/checkpoints.py) or offset 0, never from a group's committed offset) only to recover:
@@ -133,7 +133,7 @@ class PartitionModels:
 class NodeEngine:
     """The engine surface the tools use, over one partition's read models (see module doc)."""
 
-    def __init__(self, node: Node, models: PartitionModels) -> None:
+    def __init__(self, node: Worker, models: PartitionModels) -> None:
         self.node = node
         self.models = models
         self.settings = node.settings
@@ -213,7 +213,7 @@ class NodeEngine:
         return [self.versions.superseded_by, self.associations.superseded_by]  # type: ignore[attr-defined]
 
 
-class Node:
+class Worker:
     def __init__(
         self,
         cfg: KafkaConfig,
@@ -236,7 +236,7 @@ class Node:
         self.checkpoint_every = settings.kafka_checkpoint_every  # events; 0: no checkpoints
         self.acked: dict[int, int] = {}  # partition -> highest event offset this node had acknowledged
         self.generation = 0
-        self.decider: KafkaDecider | None = None  # the worker's, set by run_node
+        self.decider: KafkaDecider | None = None  # the worker's, set by run_worker
         self._consumer: AIOKafkaConsumer | None = None
         self._tail: asyncio.Task[None] | None = None
         self._started = False
@@ -460,7 +460,7 @@ class Node:
         return NodeEngine(self, models) if models is not None else None
 
 
-def node_app(node: Node) -> Starlette:
+def worker_app(node: Worker) -> Starlette:
     """The node's HTTP face: ``POST /v1/tools/{name}`` for the agents of its partitions."""
     from memstream.api.faces.http import STATUS, caller_of, json_response
 
@@ -522,7 +522,7 @@ def node_app(node: Node) -> Starlette:
     return app
 
 
-def run_node(
+def run_worker(
     cfg: KafkaConfig,
     settings: Settings,
     *,
@@ -548,14 +548,14 @@ def run_node(
     sock.bind((host, port))
     sock.listen(128)
     bound = sock.getsockname()[1]
-    node = Node(cfg, settings, url=f"http://{host}:{bound}")
+    node = Worker(cfg, settings, url=f"http://{host}:{bound}")
 
     class _Server(uvicorn.Server):
         @contextlib.contextmanager
         def capture_signals(self) -> Generator[None, None, None]:  # faust owns the signals
             yield
 
-    server = _Server(uvicorn.Config(node_app(node), log_level="warning", access_log=False, lifespan="off"))
+    server = _Server(uvicorn.Config(worker_app(node), log_level="warning", access_log=False, lifespan="off"))
 
     async def serve() -> None:
         await server.serve(sockets=[sock])
