@@ -10,47 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import Field, StrictInt, StrictStr
 
 from memstream.api.services.embedding import EmbeddingError
 from memstream.api.services.engine import mark_failure
+from memstream.api.services.jobs import ReembedJob
 from memstream.api.services.reembed import Reembedder
 from memstream.api.tools.common import Flag
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class ReembedJob:
-    model: str
-    agents: list[str] | None
-    started_at: float = field(default_factory=time.time)
-    done: int = 0
-    total: int = 0
-    task: asyncio.Task[Any] | None = None
-    result: dict[str, Any] | None = None
-    error: str | None = None
-
-    def status(self) -> dict[str, Any]:
-        state = "running" if self.task is not None and not self.task.done() else "failed" if self.error else "finished"
-        body: dict[str, Any] = {
-            "state": state,
-            "model": self.model,
-            "agents": self.agents,
-            "done": self.done,
-            "total": self.total,
-            "elapsed_s": round(time.time() - self.started_at, 3),
-        }
-        if self.result is not None:
-            body["result"] = self.result
-        if self.error is not None:
-            body["error"] = self.error
-        return body
 
 
 class ReembedArgs(ToolArgs):
