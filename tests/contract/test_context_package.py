@@ -7,12 +7,12 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerThread
-from test_contract_recall import corpus
 
 from memstream.api.query.context.package import build_package, expand, source_of
 from memstream.api.services.embedding.onnx_backend import bert_uncased_tokenizer
 from memstream.api.services.tokens import count_tokens, head_within
+from tests.contract.test_contract_recall import corpus
+from tests.support.servers import ServerThread
 
 SEED_FIELDS = {"maxContextTokens", "estimatedRawTokens", "compressedTokens", "estimatedSavingsPercent",
                "budgetUsedPercent"}  # fmt: skip

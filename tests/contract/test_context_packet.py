@@ -9,8 +9,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerThread
-from faces import HttpFace, McpFace
 from pydantic import ValidationError
 
 from memstream.api.query.context.packet import (
@@ -24,6 +22,8 @@ from memstream.api.query.context.packet import (
     superseded_refs,
 )
 from memstream.api.services.settings import Settings
+from tests.support.faces import HttpFace, McpFace
+from tests.support.servers import ServerThread
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 FILLER = [

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from conftest import HashEmbedder, call, free_port
 
 from memstream.api.services.engine import Engine
 from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.settings import Settings
+from tests.support.calls import call
+from tests.support.embedders import HashEmbedder
+from tests.support.servers import free_port
 
 
 async def test_h1_history_lists_every_event_oldest_first_and_survives_delete(face: Any) -> None:

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from conftest import ServerThread
-from faces import HttpFace, McpFace
 
 from memstream.api.services.settings import Settings
+from tests.support.faces import HttpFace, McpFace
+from tests.support.servers import ServerThread
 
 TOPICS = [
     "deploy key rotation schedule for the staging cluster",

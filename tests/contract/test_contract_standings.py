@@ -6,8 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import HashEmbedder, ServerThread, call, log_end
-from faces import HttpFace, McpFace
 
 from memstream.api.query.contingent import Carriers, Value, canonical_form, contingent_rows, find_carriers, occurs
 from memstream.api.services.engine import Engine
@@ -15,6 +13,10 @@ from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.settings import Settings
 from memstream.projections.runner import replay
 from memstream.projections.standings import StandingsProjection
+from tests.support.calls import call
+from tests.support.embedders import HashEmbedder
+from tests.support.faces import HttpFace, McpFace
+from tests.support.servers import ServerThread, log_end
 
 
 async def _store(face: Any, agent: str, content: str, **extra: Any) -> str:

@@ -6,7 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import ServerThread, log_end
+
+from tests.support.servers import ServerThread, log_end
 
 
 async def test_w1_store_answers_stored_skipped_rejected(face: Any) -> None:

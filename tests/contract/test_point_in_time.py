@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import ServerThread, log_end
+from tests.support.servers import ServerThread, log_end
 
 
 async def test_h3_as_of_offset_and_time(face: Any) -> None:

@@ -1,1 +1,1 @@
-"""Integration tests that need real services (a Kafka broker: see infra/kafka-local.sh)."""
+"""Kafka tests: they need the local broker (infra/kafka-local.sh)."""

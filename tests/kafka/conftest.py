@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from integration.broker import deployment_config, drop_topics, require_broker
 from memstream.streams.log.kafka import KafkaConfig
+from tests.support.broker import deployment_config, drop_topics, require_broker
 
 
 @pytest.fixture
@@ -24,8 +24,8 @@ async def cfg(request: pytest.FixtureRequest) -> AsyncIterator[KafkaConfig]:
 @pytest.fixture
 def deployment(cfg: KafkaConfig) -> Iterator[Any]:
     """Real worker and router processes of the test's own deployment
-    (``integration.test_kafka_mode.Deployment``; the test starts what it needs), stopped after it."""
-    from integration.test_kafka_mode import Deployment
+    (``tests.kafka.test_kafka_mode.Deployment``; the test starts what it needs), stopped after it."""
+    from tests.kafka.test_kafka_mode import Deployment
 
     d = Deployment(cfg)
     try:

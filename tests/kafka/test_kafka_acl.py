@@ -1,5 +1,5 @@
 """Access control in Kafka mode (docs/security.md, api/kafka/router/gate.py): the embedded suite's
-matrix (tests/test_acl.py) through `memstream serve --kafka` (HTTP and MCP at /mcp) and
+matrix (tests/system/test_acl.py) through `memstream serve --kafka` (HTTP and MCP at /mcp) and
 `memstream mcp --kafka` (stdio) in front of two `memstream worker` processes on the real broker.
 
 Same answers as embedded mode: grants per client × agent × read / write / admin, records checked
@@ -26,14 +26,14 @@ from typing import Any
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from conftest import ServerThread, free_port
-from test_acl import ACL, EXPECTED, TOKENS, TokenHttpFace, TokenMcpFace, assert_denied, unique, write_acl
 
-from integration.broker import BOOTSTRAP, deployment_config, drop_topics, require_broker, stop_processes
 from memstream.api.services.settings import load_settings
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog
 from memstream.streams.log.port import partition_for
 from memstream.streams.log.sqlite import SqliteLog
+from tests.support.broker import BOOTSTRAP, deployment_config, drop_topics, require_broker, stop_processes
+from tests.support.servers import ServerThread, free_port
+from tests.system.test_acl import ACL, EXPECTED, TOKENS, TokenHttpFace, TokenMcpFace, assert_denied, unique, write_acl
 
 pytestmark = [pytest.mark.kafka]
 

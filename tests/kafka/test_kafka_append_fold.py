@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from integration.test_kafka_commands import store
 from memstream.api.kafka.worker.app import Worker
 from memstream.api.kafka.worker.replay import rebuild_partitions
 from memstream.api.services.settings import Settings
@@ -19,6 +18,7 @@ from memstream.projections.runner import digest_of
 from memstream.streams.deciders.kafka import KafkaDecider
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
 from memstream.streams.log.port import Committed, partition_for
+from tests.kafka.test_kafka_commands import store
 
 pytestmark = [pytest.mark.kafka]
 

@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from integration.broker import BOOTSTRAP, STEP_TIMEOUT_S, TEST_REPLICATION, TEST_TIMEOUT_S, require_broker, wait_until
+from tests.support.broker import BOOTSTRAP, STEP_TIMEOUT_S, TEST_REPLICATION, TEST_TIMEOUT_S, require_broker, wait_until
 
 PARTITIONS = 3
 AGENTS = [f"agent-{i:02d}" for i in range(12)]

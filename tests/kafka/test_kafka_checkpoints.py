@@ -15,15 +15,15 @@ from typing import Any
 
 import httpx
 import pytest
-from faces import HttpFace
 
-from integration.test_kafka_mode import AGENTS, PROCS, TOPICS, Deployment, reads, stable
 from memstream.api.kafka.router.app import Owners
 from memstream.api.kafka.worker import checkpoints
 from memstream.api.kafka.worker.replay import rebuild_partitions
 from memstream.streams.log.kafka import KafkaConfig, events_end_offsets
 from memstream.streams.log.port import partition_for
 from memstream.streams.snapshots import SnapshotStore
+from tests.kafka.test_kafka_mode import AGENTS, PROCS, TOPICS, Deployment, reads, stable
+from tests.support.faces import HttpFace
 
 pytestmark = [pytest.mark.kafka]
 

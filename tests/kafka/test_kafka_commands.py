@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from integration.broker import stop_processes
 from memstream.streams import commands as c
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.events import Actor, AuditRecord, Embedding, Scope, decode, new_id
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog
 from memstream.streams.log.port import LogUnavailable
+from tests.support.broker import stop_processes
 
 pytestmark = [pytest.mark.kafka]
 

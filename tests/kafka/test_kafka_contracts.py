@@ -22,15 +22,14 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import free_port
-from faces import HttpFace, McpFace
-from test_context_packet import (  # noqa: F401  (collected here, with this module's face)
+
+from tests.contract.test_context_packet import (  # noqa: F401  (collected here, with this module's face)
     test_a7_know_and_escalate_class_misses,
     test_a7_superseded_by_a_declared_supersedes_relation,
     test_a7_superseded_by_a_newer_version_under_the_same_msg_id,
     test_verify_memory_refuses_what_is_not_there,
 )
-from test_contract_associations import (  # noqa: F401
+from tests.contract.test_contract_associations import (  # noqa: F401
     test_a1_malformed_items_are_dropped_and_never_lose_the_memory,
     test_a1_retract_is_the_only_removal,
     test_a1_store_rider_declares_and_anchors,
@@ -41,12 +40,12 @@ from test_contract_associations import (  # noqa: F401
     test_a5_shape_shortfalls_and_budgets,
     test_a8_traverse_bfs_by_hops_both_directions_bounded,
 )
-from test_contract_history import (  # noqa: F401
+from tests.contract.test_contract_history import (  # noqa: F401
     test_h1_agent_history_and_bulk_delete_are_recorded,
     test_h1_history_lists_every_event_oldest_first_and_survives_delete,
     test_h4_every_refused_command_is_audited,
 )
-from test_contract_recall import (  # noqa: F401
+from tests.contract.test_contract_recall import (  # noqa: F401
     test_r1_ascending_last_is_best,
     test_r2_r3_rrf_default_and_match_reason,
     test_r4_all_below_gate_returns_nothing,
@@ -55,13 +54,13 @@ from test_contract_recall import (  # noqa: F401
     test_r11_recall_with_context_merges_by_instant,
     test_r12_read_your_writes,
 )
-from test_contract_standings import (  # noqa: F401
+from tests.contract.test_contract_standings import (  # noqa: F401
     test_s2_bad_input_is_refused,
     test_s2_contingent_only_when_every_carrier_is_set_aside,
     test_s3_recall_rows_show_standing_only_when_declared,
     test_s3_reconstruct_claims_show_standing_only_when_declared,
 )
-from test_contract_writes import (  # noqa: F401
+from tests.contract.test_contract_writes import (  # noqa: F401
     test_w1_store_answers_stored_skipped_rejected,
     test_w2_msg_id_dedup_spans_channels_and_sees_the_global_pool,
     test_w3_content_dedup_per_bucket,
@@ -70,12 +69,13 @@ from test_contract_writes import (  # noqa: F401
     test_w7_every_failure_carries_ok_false_and_error,
     test_w7_successful_reads_carry_no_ok,
 )
-from test_point_in_time import (  # noqa: F401
+from tests.contract.test_point_in_time import (  # noqa: F401
     test_h3_as_of_offset_and_time,
     test_h3_bad_as_of_is_a_clear_error,
 )
-
-from integration.broker import deployment_config, drop_topics, require_broker, stop_processes
+from tests.support.broker import deployment_config, drop_topics, require_broker, stop_processes
+from tests.support.faces import HttpFace, McpFace
+from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.kafka]
 

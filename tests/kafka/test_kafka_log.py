@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from integration.broker import (
-    BOOTSTRAP,
-    TEST_REPLICATION,
-    TEST_TIMEOUT_S,
-)
 from memstream.streams import commands as c
 from memstream.streams.decision import DecideContext, DecisionState, Limits, decide
 from memstream.streams.events import Actor, Embedding, Scope, decode
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, KafkaLogError, ensure_topics
 from memstream.streams.log.port import partition_for
+from tests.support.broker import (
+    BOOTSTRAP,
+    TEST_REPLICATION,
+    TEST_TIMEOUT_S,
+)
 
 pytestmark = [pytest.mark.kafka]
 

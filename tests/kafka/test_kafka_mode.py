@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from conftest import ServerThread, free_port
-from faces import HttpFace, McpFace
 
-from integration.broker import stop_processes
 from memstream.api.services.settings import Settings
 from memstream.streams.log.kafka import KafkaConfig
+from tests.support.broker import stop_processes
+from tests.support.faces import HttpFace, McpFace
+from tests.support.servers import ServerThread, free_port
 
 pytestmark = [pytest.mark.kafka]
 

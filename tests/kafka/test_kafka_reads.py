@@ -16,13 +16,13 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import ServerThread
-from faces import HttpFace, McpFace
 
-from integration.answers import PARTITIONS, CommandIds, sharing, stable_without  # noqa: F401  (conftest's cfg reads PARTITIONS)
-from integration.test_kafka_mode import Deployment
 from memstream.api.services.settings import Settings
 from memstream.streams.log.sqlite import SqliteLog
+from tests.kafka.test_kafka_mode import Deployment
+from tests.support.answers import PARTITIONS, CommandIds, sharing, stable_without  # noqa: F401  (conftest's cfg reads PARTITIONS)
+from tests.support.faces import HttpFace, McpFace
+from tests.support.servers import ServerThread
 
 pytestmark = [pytest.mark.kafka]
 

@@ -9,11 +9,11 @@ import math
 
 import numpy as np
 import pytest
-from conftest import HashEmbedder, SecondHashEmbedder
-from faces import HttpFace
 
-from integration.test_kafka_mode import TOPICS, Deployment
 from memstream.streams.log.port import partition_for
+from tests.kafka.test_kafka_mode import TOPICS, Deployment
+from tests.support.embedders import HashEmbedder, SecondHashEmbedder
+from tests.support.faces import HttpFace
 
 pytestmark = [pytest.mark.kafka]
 

@@ -21,16 +21,16 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from conftest import ServerThread
-from faces import HttpFace, McpFace
 
-from integration.answers import PARTITIONS, CommandIds, sharing, stable_without
-from integration.test_kafka_mode import Deployment
 from memstream.api.kafka.router.app import Owners
 from memstream.api.services.settings import Settings
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog
 from memstream.streams.log.port import partition_for
 from memstream.streams.log.sqlite import SqliteLog
+from tests.kafka.test_kafka_mode import Deployment
+from tests.support.answers import PARTITIONS, CommandIds, sharing, stable_without
+from tests.support.faces import HttpFace, McpFace
+from tests.support.servers import ServerThread
 
 pytestmark = [pytest.mark.kafka]
 

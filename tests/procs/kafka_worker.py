@@ -9,12 +9,11 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from conftest import HashEmbedder, SecondHashEmbedder
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from memstream.api.cli.commands import main
 from memstream.api.services.embedding import register_embedder
+from tests.support.embedders import HashEmbedder, SecondHashEmbedder
 
 if __name__ == "__main__":
     register_embedder(HashEmbedder.model_id, HashEmbedder)

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from conftest import SecondHashEmbedder
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from memstream.api.cli.commands import main
 from memstream.api.services.embedding import register_embedder
+from tests.support.embedders import SecondHashEmbedder
 
 
 class Slow(SecondHashEmbedder):

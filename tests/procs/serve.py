@@ -10,12 +10,11 @@ from pathlib import Path
 
 import uvicorn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from conftest import HashEmbedder
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from memstream.api.faces.http import create_app
 from memstream.api.services.settings import load_settings
+from tests.support.embedders import HashEmbedder
 
 if __name__ == "__main__":
     data_dir, port = sys.argv[1], int(sys.argv[2])

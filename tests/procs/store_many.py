@@ -12,15 +12,14 @@ from pathlib import Path
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from conftest import HashEmbedder
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from memstream.api import tools as _tools  # noqa: F401
 from memstream.api.services.engine import Engine
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
+from tests.support.embedders import HashEmbedder
 
 
 async def main(data_dir: str, worker: int, count: int) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from faces import HttpFace
-
 from memstream.streams.log.port import partition_for
+from tests.support.faces import HttpFace
 
 # The embedded default, so ids are allocated identically in both modes. A test module comparing
 # the two imports it: conftest's ``cfg`` sizes the module's deployment by its ``PARTITIONS``.

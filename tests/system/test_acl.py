@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import HashEmbedder, ServerThread, free_port, log_end
 
 from memstream.api.services.acl import (
     ADMIN,
@@ -32,6 +31,8 @@ from memstream.api.services.engine import Engine
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import REGISTRY, Caller
+from tests.support.embedders import HashEmbedder
+from tests.support.servers import ServerThread, free_port, log_end
 
 TOKENS = {
     "rw-alice": "tok-rw-alice-0123456789",

@@ -17,12 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerThread
 
 from memstream.api.services.settings import load_settings
+from tests.support.servers import ServerThread
 
 CHROMIUM = Path("/usr/bin/chromium")
-DOC_IMAGE = Path(__file__).resolve().parents[1] / "docs" / "img" / "audit-timeline.png"
+DOC_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "img" / "audit-timeline.png"
 HOSTILE = "<script>alert('pwned')</script> & <b>bold</b> \"quoted\""
 
 

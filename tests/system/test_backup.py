@@ -13,13 +13,14 @@ import httpx
 import orjson
 import pytest
 from click.testing import CliRunner
-from conftest import HashEmbedder, ServerThread
 
 from memstream.api.cli.commands import main
 from memstream.api.services.backup import BackupError, backup_log, restore_log
 from memstream.api.services.engine import Engine
 from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.settings import Settings, load_settings
+from tests.support.embedders import HashEmbedder
+from tests.support.servers import ServerThread
 
 
 def writer(url: str, agent: str, acked: list[str], stop: threading.Event) -> None:

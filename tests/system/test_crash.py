@@ -20,12 +20,12 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import free_port
 
 from memstream.streams.events import decode
 from memstream.streams.log.sqlite import SqliteLog
+from tests.support.servers import free_port
 
-PROCS = Path(__file__).parent / "procs"
+PROCS = Path(__file__).parents[1] / "procs"
 TRIALS = int(os.environ.get("MEMSTREAM_CRASH_TRIALS") or (200 if os.environ.get("MEMSTREAM_LONG_TESTS") else 20))
 CLIENTS = 6
 

@@ -33,7 +33,7 @@ from memstream.api.services.embedding import (
 )
 from memstream.api.services.embedding.onnx_backend import bert_uncased_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SERVER_SCRIPT = ROOT / "bench" / "embed_server.py"
 ENV_VARS = (
     "MEMSTREAM_EMBEDDING_URL",

@@ -10,10 +10,12 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
-from conftest import HashEmbedder, ServerThread, call, log_end
 
 from memstream.api.services.engine import Engine
 from memstream.api.services.settings import Settings, load_settings
+from tests.support.calls import call
+from tests.support.embedders import HashEmbedder
+from tests.support.servers import ServerThread, log_end
 
 QUERIES = ["green tea", "printer paper jam", "deploy friday", "budget meeting", "cat food", "nothing related at all"]
 

@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from conftest import HashEmbedder, ServerThread, log_end
 
 from memstream.api.services.engine import Engine
 from memstream.api.services.rebuild import rebuild_all
@@ -34,8 +33,10 @@ from memstream.api.tools.registry import Caller
 from memstream.streams import snapshots as snapshots_module
 from memstream.streams.events import decode
 from memstream.streams.log.sqlite import SqliteLog
+from tests.support.embedders import HashEmbedder
+from tests.support.servers import ServerThread, log_end
 
-PROCS = Path(__file__).parent / "procs"
+PROCS = Path(__file__).parents[1] / "procs"
 LONG = bool(os.environ.get("MEMSTREAM_LONG_TESTS"))
 KILL_TRIALS = 50 if LONG else 5
 CALLER = Caller(client_id="faults")

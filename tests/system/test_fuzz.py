@@ -27,7 +27,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import HashEmbedder, ServerThread, log_end
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
@@ -36,6 +35,8 @@ from memstream.api.services.engine import Engine
 from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.dispatch import run_tool
 from memstream.api.tools.registry import REGISTRY, Caller
+from tests.support.embedders import HashEmbedder
+from tests.support.servers import ServerThread, log_end
 
 LONG = bool(os.environ.get("MEMSTREAM_LONG_TESTS"))
 EXAMPLES = int(os.environ.get("MEMSTREAM_FUZZ_EXAMPLES") or (100 if LONG else 6))

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import httpx
-from conftest import ServerThread, free_port, log_end
+
+from tests.support.servers import ServerThread, free_port, log_end
 
 
 async def test_openapi_lists_every_tool_with_its_argument_schema(http_server: ServerThread) -> None:

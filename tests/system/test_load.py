@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("bench_load", REPO / "bench" / "load.py")
 assert _spec is not None and _spec.loader is not None
 bench_load = importlib.util.module_from_spec(_spec)

@@ -45,7 +45,7 @@ from memstream.api.services.engine import Engine
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.registry import REGISTRY, Caller, Tool, ToolArgs
 
-TESTS = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
 ECHO = "mcp_face_echo"
 
@@ -231,8 +231,8 @@ async def test_in_process(tmp_path, echo_tool):
 
 _LAUNCHER = """\
 import sys
-sys.path.insert(0, {tests!r})
-import test_mcp_face
+sys.path.insert(0, {repo!r})
+from tests.system import test_mcp_face
 test_mcp_face.register_echo()
 from memstream.api.faces.mcp import main
 main()
@@ -260,7 +260,7 @@ async def _stdio_client(tmp_path: Path, args: list[str], mode: str, extra_env: d
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_stdio(tmp_path, mode):
     launcher = tmp_path / "launch_mcp.py"
-    launcher.write_text(_LAUNCHER.format(tests=str(TESTS)))
+    launcher.write_text(_LAUNCHER.format(repo=str(REPO)))
     async with _stdio_client(tmp_path, [str(launcher)], mode, {"MEMSTREAM_CLIENT_ID": "stdio-agent-7"}) as client:
         if mode == "legacy":
             assert client.server_info is not None and client.server_info.name == "memstream"
@@ -277,7 +277,7 @@ async def test_stdio_raw_frames(tmp_path):
     unpaired-surrogate case used to leave the client waiting forever.
     """
     launcher = tmp_path / "launch_mcp.py"
-    launcher.write_text(_LAUNCHER.format(tests=str(TESTS)))
+    launcher.write_text(_LAUNCHER.format(repo=str(REPO)))
     env = {**os.environ, **_engine_env(tmp_path), "MEMSTREAM_CLIENT_ID": "raw-stdio"}
     with (tmp_path / "stderr.log").open("w") as errlog:
         proc = await asyncio.create_subprocess_exec(

@@ -11,11 +11,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from conftest import HashEmbedder, ServerThread, call, log_end
 from prometheus_client.parser import text_string_to_metric_families
 
 from memstream.api.services.engine import Engine
 from memstream.api.services.settings import Settings, load_settings
+from tests.support.calls import call
+from tests.support.embedders import HashEmbedder
+from tests.support.servers import ServerThread, log_end
 
 
 def scrape(server: ServerThread) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -12,7 +12,7 @@ import orjson
 from memstream.streams.events import decode
 from memstream.streams.log.sqlite import SqliteLog
 
-PROCS = Path(__file__).parent / "procs"
+PROCS = Path(__file__).parents[1] / "procs"
 
 
 def test_eight_processes_store_the_same_50_msg_ids(tmp_path: Path) -> None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from conftest import HashEmbedder, ServerThread, call
-from faces import HttpFace
-
 from memstream.api.services.engine import Engine
 from memstream.api.services.settings import Settings
+from tests.support.calls import call
+from tests.support.embedders import HashEmbedder
+from tests.support.faces import HttpFace
+from tests.support.servers import ServerThread
 
 QUERIES = [
     "deploy key rotation",

@@ -15,8 +15,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import HashEmbedder, SecondHashEmbedder, ServerThread, call
-from faces import HttpFace
 
 from memstream.api.services.engine import Engine
 from memstream.api.services.rebuild import rebuild_all
@@ -25,9 +23,13 @@ from memstream.api.services.settings import Settings
 from memstream.streams import commands as c
 from memstream.streams.events import Actor, Embedding, Scope, utcnow
 from memstream.streams.log.sqlite import SqliteLog
+from tests.support.calls import call
+from tests.support.embedders import HashEmbedder, SecondHashEmbedder
+from tests.support.faces import HttpFace
+from tests.support.servers import ServerThread
 
 TOPICS = ["deploy key rotation", "green tea mornings", "billing database", "printer paper jam", "vpn certificate"]
-PROCS = Path(__file__).resolve().parent / "procs"
+PROCS = Path(__file__).resolve().parents[1] / "procs"
 
 
 def cosine(emb: Any, a: str, b: str) -> float:

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))  # the bench scripts import their shared helpers (corpora)
 _spec = importlib.util.spec_from_file_location("eval_recall", REPO / "bench" / "eval_recall.py")
 assert _spec is not None and _spec.loader is not None

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import gc
 
-from conftest import HashEmbedder, call
-
 from memstream.api.services.engine import Engine
 from memstream.api.services.settings import Settings
+from tests.support.calls import call
+from tests.support.embedders import HashEmbedder
 
 
 async def test_a_started_engine_freezes_its_read_models(settings: Settings) -> None:

@@ -1,7 +1,7 @@
 """Fold-on-append's decision (api/kafka/worker/append_fold.py): which appended events the agent folds.
 
 The integration side (the agent feeding a live worker's models, the tail paused and taking over
-again) is tested against the broker in tests/integration/test_kafka_reads.py."""
+again) is tested against the broker in tests/kafka/test_kafka_reads.py."""
 
 from __future__ import annotations
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,7 @@ from memstream.projections.runner import ProjectionRunner, digest_of, replay
 from memstream.projections.scope import ScopeFilter
 from memstream.streams.events import Event
 from memstream.streams.log.port import LogRecord
+from tests.support.calls import call
 
 # -- events shaped like Event.model_dump() (occurred_at as the ISO string the log holds) ------
 

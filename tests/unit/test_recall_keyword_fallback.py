@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import HashEmbedder, call
 
 from memstream.api.query.recall.pipeline import RecallRequest, run_recall
 from memstream.api.services.engine import Engine
 from memstream.api.services.settings import Settings
 from memstream.projections.scope import ScopeFilter
+from tests.support.calls import call
+from tests.support.embedders import HashEmbedder
 
 
 def _spy(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[str]:

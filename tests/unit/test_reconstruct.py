@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from conftest import HashEmbedder, call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,8 +18,10 @@ from memstream.api.query.reconstruct import core
 from memstream.api.services.engine import Engine
 from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.settings import Settings, load_settings
+from tests.support.calls import call
+from tests.support.embedders import HashEmbedder
 
-GOLDEN = Path(__file__).parent / "fixtures" / "reconstruct_golden.json"
+GOLDEN = Path(__file__).parents[1] / "fixtures" / "reconstruct_golden.json"
 T = "2026-02-0{}T09:{:02d}:00+00:00"
 
 CORPUS = [

@@ -13,7 +13,7 @@ import pytest
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.tools.dispatch import list_tools
 
-FIXTURE = Path(__file__).parent / "fixtures" / "cpersona" / "tools.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "cpersona" / "tools.json"
 CPERSONA = {t["name"]: t["inputSchema"] for t in json.loads(FIXTURE.read_text())["tools"]}
 OURS = {t["name"]: t["inputSchema"] for t in list_tools()}
 SHARED = sorted(set(OURS) & set(CPERSONA))

@@ -1,0 +1,1 @@
+"""memstream test suite: tiers (unit, contract, system, kafka) and their shared support package."""

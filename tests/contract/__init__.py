@@ -1,0 +1,1 @@
+"""The CONTRACTS.md suites, run through the faces (HTTP and MCP)."""

@@ -1,0 +1,1 @@
+"""Helpers the tests share: embedders, servers, faces, the broker and Kafka deployments."""

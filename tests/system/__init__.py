@@ -1,0 +1,1 @@
+"""Tests that start processes or servers: crash, faults, load, fuzz, browser, backup, CLI."""
