@@ -314,7 +314,8 @@ def export_(data_dir: Path | None, agent: str, embeddings: bool, history: bool) 
     """Write an agent's memories, episodes and profile to stdout as JSONL (CPersona's export
     format, plus each record's history and vector). Safe beside running servers."""
     from memstream.api.services.engine import Engine
-    from memstream.api.tools.transfer import collect, dump_lines
+    from memstream.api.tools.transfer.collect import collect
+    from memstream.api.tools.transfer.jsonl import dump_lines
 
     settings = _settings(data_dir)
 
@@ -347,7 +348,7 @@ def import_(data_dir: Path | None, file: Any, target_agent: str, dry_run: bool) 
     the same file again changes nothing; an interrupted import is finished by running it again."""
     from memstream.api.services.engine import Engine
     from memstream.api.tools.registry import Caller
-    from memstream.api.tools.transfer import import_file
+    from memstream.api.tools.transfer.importing import import_file
 
     settings = _settings(data_dir)
     raw = file.read()

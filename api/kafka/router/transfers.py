@@ -1,5 +1,5 @@
 """The file transfers in Kafka mode: ``export_memories``, ``import_memories`` and
-``merge_memories`` with embedded mode's arguments and answers (api/tools/transfer.py).
+``merge_memories`` with embedded mode's arguments and answers (api/tools/transfer/).
 
 Why the router answers them. A file belongs to the process the caller reached, and these
 tools span partitions: an export of every agent reads every partition, a file holds records
@@ -56,30 +56,17 @@ from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.dispatch import describe_validation, failure, run_tool
 from memstream.api.tools.registry import Caller, Handler
 from memstream.api.tools.sanitize import InputError
-from memstream.api.tools.transfer import (
-    CHUNK,
-    IMPORTED_KINDS,
-    ExportArgs,
-    ImportArgs,
-    Importer,
-    MergeArgs,
-    Tally,
-    collect,
-    confine,
-    delete_moved,
-    export_header,
-    merge_answer,
-    merge_into,
-    merge_numbering,
-    merge_refusal,
-    moved_records,
-    parse_export,
-    path_refusal,
-    read_export,
-    record_agent,
-    split_types,
-    write_export,
-)
+from memstream.api.tools.transfer.batches import CHUNK
+from memstream.api.tools.transfer.collect import collect
+from memstream.api.tools.transfer.export import ExportArgs
+from memstream.api.tools.transfer.files import confine, path_refusal, read_export, write_export
+from memstream.api.tools.transfer.importer import Importer
+from memstream.api.tools.transfer.importing import ImportArgs
+from memstream.api.tools.transfer.jsonl import IMPORTED_KINDS, export_header, parse_export, split_types
+from memstream.api.tools.transfer.merge import MergeArgs, merge_answer, merge_into, merge_numbering, merge_refusal
+from memstream.api.tools.transfer.move import delete_moved, moved_records
+from memstream.api.tools.transfer.record_commands import record_agent
+from memstream.api.tools.transfer.tally import Tally
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.events import AuditRecord
 from memstream.streams.log.port import LogUnavailable, partition_for
