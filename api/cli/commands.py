@@ -143,12 +143,12 @@ def _bind_notice(settings: Settings, host: str, port: int) -> None:
 def mcp(data_dir: Path | None, bootstrap: str | None, prefix: str, partitions: int, replication: int) -> None:
     """Serve MCP over stdio (one process per agent host is fine: they share the data dir); with
     --kafka, every call goes to the `memstream worker` owning its agent."""
-    from memstream.api.faces.mcp import run_stdio
+    from memstream.api.cli.mcp_stdio import serve_stdio
     from memstream.api.services.acl import AclConfigError
 
     cfg = kafka_config(bootstrap, prefix, partitions, replication) if bootstrap else None
     try:
-        asyncio.run(run_stdio(_settings(data_dir), kafka=cfg))
+        asyncio.run(serve_stdio(_settings(data_dir), kafka=cfg))
     except AclConfigError as exc:
         raise click.ClickException(f"refusing to start: {exc}") from None
 
@@ -467,4 +467,3 @@ def tail(data_dir: Path | None, start: int | None, agent: str | None, follow: bo
         return
     finally:
         log.close()
-

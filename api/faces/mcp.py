@@ -15,12 +15,12 @@ all (seed 000 §10), and CPersona 2.6 leaves ``isError`` false on them too
 
 stdio::
 
-    python -m memstream.api.faces.mcp        # or: memstream mcp
+    memstream mcp        # api/cli/mcp_stdio.py: the embedded engine, or with --kafka a router
 
-It reads settings from ``MEMSTREAM_*`` (``MEMSTREAM_DATA_DIR``, ``MEMSTREAM_EMBEDDER`` ...) and
-serves until stdin closes, then closes the engine (which checkpoints the projections). The
-caller is ``MEMSTREAM_CLIENT_ID`` (default ``stdio``). Logs go to stderr. While serving, fd 1 is
-pointed at stderr by the SDK, so nothing but protocol frames can reach stdout.
+It serves what it is given (:class:`ToolService`) until stdin closes, then closes it (the
+embedded engine checkpoints the projections). The caller is ``MEMSTREAM_CLIENT_ID`` (default
+``stdio``). Logs go to stderr. While serving, fd 1 is pointed at stderr by the SDK, so nothing
+but protocol frames can reach stdout.
 
 Streamable HTTP, inside the FastAPI app that owns the engine::
 
@@ -77,12 +77,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextvars import ContextVar
 from dataclasses import replace
 from importlib import metadata
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import anyio
 import mcp_types as types
 import orjson
 from mcp.server.lowlevel.server import Server
+from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
 from starlette.types import Message, Receive, Scope, Send
@@ -298,6 +299,19 @@ async def _keep_raw_arguments(ctx: Any, call_next: Any) -> Any:
 RemoteCall = Callable[[Caller, str, Any], Awaitable[dict[str, Any]]]
 
 
+class ToolService(Protocol):
+    """What the stdio face serves: something that runs a tool call (the embedded engine through
+    ``dispatch``, or a Kafka router), started before the first call and closed after the last."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def call(self, caller: Caller, name: str, args: Any) -> dict[str, Any]:
+        """The tool's JSON body, as ``dispatch`` answers it (never raises for a bad call)."""
+        ...
+
+
 def build_server(
     engine: Any, caller_factory: CallerFactory | None = None, *, call: RemoteCall | None = None
 ) -> Server[Any]:
@@ -349,54 +363,20 @@ def build_server(
 # -- stdio --------------------------------------------------------------------------------------
 
 
-async def run_stdio(
-    engine_settings: Any = None, *, caller_factory: CallerFactory | None = None, kafka: Any = None
-) -> None:
-    """Serve MCP over this process's stdin/stdout until stdin closes; then close the engine.
-
-    With ``kafka`` (a ``KafkaConfig``) there is no local engine: every tool call is forwarded
-    to the worker owning its agent, as ``memstream serve --kafka`` does for HTTP; in ACL mode
-    the router checks the ``local`` principal's grants before forwarding, as dispatch does here.
+async def run_stdio(service: ToolService, callers: CallerFactory) -> None:
+    """Serve MCP over this process's stdin/stdout until stdin closes; then close ``service``.
 
     SIGTERM/SIGINT stop the server the same way. The SDK reads stdin on a worker thread that
     cannot be interrupted, so if stdin is still open one second after the signal, the process
-    exits as soon as the engine is closed: every acknowledged write is already in the log.
+    exits as soon as the service is closed: every acknowledged write is already in the log.
     """
-    from mcp.server.stdio import stdio_server
-
-    from memstream.api.faces.auth import stdio_caller
-    from memstream.api.services.acl import load_configured
-    from memstream.api.services.engine import Engine
-    from memstream.api.services.settings import load_settings
-
-    settings = engine_settings if engine_settings is not None else load_settings()
-    acl = load_configured(settings)  # a malformed ACL file stops here (AclConfigError)
-    if caller_factory is not None:
-        callers = caller_factory
-    elif acl is not None:
-        # ACL mode: the stdio peer is whoever spawned this process; it is CPersona's reserved
-        # ``local`` principal, with the grants of the file's ``local`` row (none without one).
-        local = stdio_caller(f"stdio-{uuid.uuid4().hex}")
-        callers = lambda _request: local  # noqa: E731
-    else:
-        callers = stdio_caller_factory()
-    engine: Any
-    remote: RemoteCall | None = None
-    if kafka is not None:
-        from memstream.api.kafka.router.app import RouterEngine
-
-        engine = RouterEngine(kafka, acl=acl, settings=settings)  # the router checks grants (api/kafka/router/gate.py)
-        remote = engine.router.call
-    else:
-        engine = Engine(settings)
-        engine.acl = acl
 
     async def serve() -> None:
         # Claim stdin/stdout first: from here on fd 1 points at stderr, so nothing the engine
         # prints while it starts can corrupt the protocol stream.
         async with stdio_server(stdin=cast(Any, _RescuingLines(_stdin_lines()))) as (read_stream, write_stream):
-            await engine.start()
-            server = build_server(engine, callers, call=remote)
+            await service.start()
+            server = build_server(None, callers, call=service.call)
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     loop = asyncio.get_running_loop()
@@ -425,7 +405,7 @@ async def run_stdio(
         stopping.cancel()
         for sig in installed:
             loop.remove_signal_handler(sig)
-        await engine.close()
+        await service.close()
         log.info("engine closed")
     if stuck:
         log.info("stdin is still open; exiting")
@@ -443,21 +423,6 @@ def _stdin_lines() -> Any:
     except (AttributeError, OSError, ValueError):
         raw = sys.stdin.buffer
     return anyio.wrap_file(io.TextIOWrapper(raw, encoding="utf-8", errors="replace"))
-
-
-def main() -> None:
-    logging.basicConfig(
-        level=os.environ.get("MEMSTREAM_LOG_LEVEL", "INFO").upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    from memstream.api.services.acl import AclConfigError
-
-    try:
-        asyncio.run(run_stdio())
-    except AclConfigError as exc:
-        log.error("refusing to start: %s", exc)
-        sys.exit(1)
 
 
 # -- streamable HTTP ----------------------------------------------------------------------------
@@ -592,7 +557,3 @@ def streamable_http_app(
     """
     app = McpHttpApp(engine, caller_factory, **options)
     return app, app.lifespan
-
-
-if __name__ == "__main__":
-    main()

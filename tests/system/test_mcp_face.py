@@ -234,7 +234,7 @@ import sys
 sys.path.insert(0, {repo!r})
 from tests.system import test_mcp_face
 test_mcp_face.register_echo()
-from memstream.api.faces.mcp import main
+from memstream.api.cli.mcp_stdio import main
 main()
 """
 
@@ -333,9 +333,7 @@ async def test_stdio_raw_frames(tmp_path):
     assert "engine closed" in (tmp_path / "stderr.log").read_text()
 
 
-@pytest.mark.parametrize(
-    "args", [["-m", "memstream.api.faces.mcp"], ["-m", "memstream.api.cli", "mcp"]], ids=["module", "cli"]
-)
+@pytest.mark.parametrize("args", [["-m", "memstream.api.cli", "mcp"]], ids=["cli"])
 async def test_stdio_entry_points(tmp_path, args):
     """The real entry points (no test tool): initialize, list, an unknown tool; stdout stays clean."""
     async with _stdio_client(tmp_path, args, "legacy", {}) as client:

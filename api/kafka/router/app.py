@@ -33,9 +33,10 @@ from starlette.routing import Route
 
 from memstream.api.faces.auth import BearerAuth
 from memstream.api.faces.http import TOOL_ROUTES, caller_of, json_response
-from memstream.api.kafka.router.gate import OWNER_PATH, RouterGate, worker_headers
-from memstream.api.kafka.router.transfers import TRANSFER_TOOLS, KafkaTransfers
-from memstream.api.kafka.wire import PARTITION_HEADER, route_partition
+from memstream.api.faces.mcp import McpHttpApp
+from memstream.api.kafka.router.gate import RouterGate
+from memstream.api.kafka.router.transfers import KafkaTransfers
+from memstream.api.kafka.wire import OWNER_PATH, PARTITION_HEADER, TRANSFER_TOOLS, route_partition, worker_headers
 from memstream.api.services.acl import AclConfig
 from memstream.api.services.settings import Settings
 from memstream.api.tools.dispatch import failure, validated
@@ -123,8 +124,9 @@ class Router:
         self.owners = Owners(cfg)
         self._worker_headers = worker_headers(settings)
         self._session: aiohttp.ClientSession | None = None
-        self.gate = RouterGate(acl, self) if acl is not None else None
-        self.transfers = KafkaTransfers(self)  # export / import / merge (api/kafka/router/transfers.py)
+        self.gate = RouterGate(acl, cfg, self) if acl is not None else None
+        # export / import / merge (api/kafka/router/transfers.py)
+        self.transfers = KafkaTransfers(cfg, settings, self.post, self.gate)
 
     @property
     def client(self) -> aiohttp.ClientSession:
@@ -340,7 +342,7 @@ class Router:
 
 
 class RouterEngine:
-    """What a face that has no local engine holds in Kafka mode (``memstream mcp`` over stdio):
+    """What a face that has no local engine serves in Kafka mode (``memstream mcp`` over stdio):
     the router, started and closed like an engine. ``acl``: the policy the router enforces."""
 
     def __init__(self, cfg: KafkaConfig, *, acl: AclConfig | None = None, settings: Settings | None = None) -> None:
@@ -353,14 +355,16 @@ class RouterEngine:
     async def close(self) -> None:
         await self.router.close()
 
+    async def call(self, caller: Caller, name: str, args: Any) -> dict[str, Any]:
+        """One tool call, forwarded to the worker owning its agent (``Router.call``)."""
+        return await self.router.call(caller, name, args)
+
 
 def router_app(
     cfg: KafkaConfig, *, host: str = "127.0.0.1", acl: AclConfig | None = None, settings: Settings | None = None
 ) -> Starlette:
     """The API process's app. With ``acl`` every request needs a bearer token of the file
     (401 otherwise, as in embedded mode) and every call is checked before it is forwarded."""
-    from memstream.api.faces.mcp import McpHttpApp
-
     router = Router(cfg, acl=acl, settings=settings)
     mcp = McpHttpApp(None, host=host, call=router.call)
 

@@ -41,46 +41,43 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from pydantic import BaseModel
 
-from memstream.api.kafka.wire import PARTITION_HEADER
+from memstream.api.faces.http import STATUS
+from memstream.api.kafka.router.gate import RouterGate
+from memstream.api.kafka.wire import (
+    COLLECT_PATH,
+    DELETE_MOVED_PATH,
+    IMPORT_PATH,
+    PARTITION_HEADER,
+    CollectBody,
+    DeleteMovedBody,
+    ImportBody,
+)
 from memstream.api.services.embedding import EmbeddingError
 from memstream.api.services.settings import Settings, load_settings
-from memstream.api.tools.dispatch import describe_validation, failure, run_tool
+from memstream.api.tools.dispatch import run_tool
 from memstream.api.tools.registry import Caller, Handler
 from memstream.api.tools.sanitize import InputError
 from memstream.api.tools.transfer.batches import CHUNK
-from memstream.api.tools.transfer.collect import collect
 from memstream.api.tools.transfer.export import ExportArgs
 from memstream.api.tools.transfer.files import confine, path_refusal, read_export, write_export
-from memstream.api.tools.transfer.importer import Importer
 from memstream.api.tools.transfer.importing import ImportArgs
 from memstream.api.tools.transfer.jsonl import IMPORTED_KINDS, export_header, parse_export, split_types
-from memstream.api.tools.transfer.merge import MergeArgs, merge_answer, merge_into, merge_numbering, merge_refusal
-from memstream.api.tools.transfer.move import delete_moved, moved_records
+from memstream.api.tools.transfer.merge import MergeArgs, merge_answer, merge_numbering, merge_refusal
+from memstream.api.tools.transfer.move import moved_records
 from memstream.api.tools.transfer.record_commands import record_agent
 from memstream.api.tools.transfer.tally import Tally
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.events import AuditRecord
+from memstream.streams.log.kafka import KafkaConfig
 from memstream.streams.log.port import LogUnavailable, partition_for
-
-if TYPE_CHECKING:
-    from memstream.api.kafka.router.app import Router
-    from memstream.api.kafka.worker.app import Worker
 
 log = logging.getLogger(__name__)
 
-TRANSFER_TOOLS = frozenset({"export_memories", "import_memories", "merge_memories"})
-COLLECT_PATH = "/v1/transfer/collect"
-IMPORT_PATH = "/v1/transfer/import"
-DELETE_MOVED_PATH = "/v1/transfer/delete-moved"
 # Records per request to a worker: a few of the Importer's bursts, so a request of a large
 # file stays well inside the timeout below and a resent one redoes little.
 IMPORT_BATCH = 8 * CHUNK
@@ -90,51 +87,17 @@ REQUEST_TIMEOUT_S = 600.0
 _LINE = re.compile(r"Line (\d+):")
 
 
-# -- what the router and the workers say to each other ----------------------------------------
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class CollectBody(_Body):
-    """``collect`` of one agent, or ('') of every agent of the partition named in the header."""
-
-    agent_id: StrictStr = Field(max_length=256)
-    include_embeddings: StrictBool
-    include_history: StrictBool
-
-
-class ImportBody(_Body):
-    """Records (numbered as the answer's errors name them) that all land in the partition named
-    in the header: imported as ``import_memories`` does, or with ``merge_source`` as the target's
-    half of a merge from that agent (``merge_into``: the merge's command ids, the profile only
-    when the target has none)."""
-
-    records: list[tuple[int, dict[str, Any]]]
-    target: StrictStr = Field(default="", max_length=256)
-    merge_source: StrictStr | None = Field(default=None, min_length=1, max_length=256)
-    session_key: StrictStr = Field(default="", max_length=256)
-    dry_run: StrictBool = False
-
-
-class DeleteMovedBody(_Body):
-    """A move's deletions at the source: ``moved_records`` of the source's records, and the
-    refs the target's import answered for."""
-
-    records: list[dict[str, Any]]
-    imported_refs: dict[str, int]
-    source: StrictStr = Field(min_length=1, max_length=256)
-    target: StrictStr = Field(min_length=1, max_length=256)
-    session_key: StrictStr = Field(default="", max_length=256)
-
-
 class TransferFailed(RuntimeError):
     """A worker answered an internal transfer route with something other than its result or an
     unavailability: a fault (answered as ``internal``, with the details in the router's log)."""
 
 
-# -- the router's side ------------------------------------------------------------------------
+class WorkerPost(Protocol):
+    """POST to the worker owning a partition, following ownership changes (``Router.post``)."""
+
+    async def __call__(
+        self, partition: int, path: str, body: bytes, headers: dict[str, str], *, timeout_s: float | None = None
+    ) -> tuple[int, bytes]: ...
 
 
 class KafkaTransfers:
@@ -143,9 +106,15 @@ class KafkaTransfers:
     refusal is audited. Grants were checked by the router before (``acl`` is None here)."""
 
     acl = None  # checked by ``Router.denied`` before the call gets here
+    metrics = None  # the router's calls are not measured per tool
 
-    def __init__(self, router: Router) -> None:
-        self.router = router
+    def __init__(
+        self, cfg: KafkaConfig, settings: Settings | None, post: WorkerPost, gate: RouterGate | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.router_settings = settings
+        self.post = post
+        self.gate = gate
         self._settings: Settings | None = None
         self._bus: KafkaCommandBus | None = None
         self._bus_lock = asyncio.Lock()
@@ -154,17 +123,15 @@ class KafkaTransfers:
     def settings(self) -> Settings:
         """The router's settings: where its export directory is (``export_root``)."""
         if self._settings is None:
-            self._settings = self.router.settings or load_settings()
+            self._settings = self.router_settings or load_settings()
         return self._settings
 
     @property
     def partitions(self) -> int:
-        return self.router.cfg.partitions
+        return self.cfg.partitions
 
     async def answer(self, name: str, args: Any, caller: Caller) -> tuple[int, bytes]:
         """One call of a transfer tool: (HTTP status, JSON body) as a worker answers a tool."""
-        from memstream.api.faces.http import STATUS
-
         body, code = await run_tool(self, caller, name, args, handler=HANDLERS[name])
         return (200 if code is None else STATUS.get(code, 400)), orjson.dumps(body)
 
@@ -173,15 +140,19 @@ class KafkaTransfers:
         agent's partition, through the commands topic (its decider is the only writer there).
         In ACL mode the gate's bus does it; otherwise a bus of this router's, started on the
         first refusal."""
-        if self.router.gate is not None:
-            await self.router.gate.refuse(record)
+        if self.gate is not None:
+            await self.gate.refuse(record)
             return
         async with self._bus_lock:
             if self._bus is None:
-                bus = KafkaCommandBus(self.router.cfg, instance_id=f"router-transfer-{uuid.uuid4().hex}")
+                bus = KafkaCommandBus(self.cfg, instance_id=f"router-transfer-{uuid.uuid4().hex}")
                 await bus.start()
                 self._bus = bus
         await self._bus.record_refusal(record)
+
+    async def record_owner(self, kind: str, ident: int) -> str | None:
+        """Asked only by a grant check, which ran before (``acl`` is None here): the gate's answer."""
+        return None if self.gate is None else await self.gate.record_owner(kind, ident)
 
     async def close(self) -> None:
         if self._bus is not None:
@@ -198,7 +169,7 @@ class KafkaTransfers:
         if caller.session_id:
             headers["x-session-id"] = caller.session_id
         content = orjson.dumps(body.model_dump())
-        status, answer = await self.router.post(partition, path, content, headers, timeout_s=REQUEST_TIMEOUT_S)
+        status, answer = await self.post(partition, path, content, headers, timeout_s=REQUEST_TIMEOUT_S)
         if status == 200:
             parsed: dict[str, Any] = orjson.loads(answer)
             return parsed
@@ -342,96 +313,3 @@ HANDLERS: dict[str, Handler] = {
     "import_memories": import_memories,
     "merge_memories": merge_memories,
 }
-
-
-# -- the worker's side ------------------------------------------------------------------------
-
-
-def transfer_routes(node: Worker) -> list[Route]:
-    """The internal routes a worker answers for the routers' transfers (see the module doc).
-    Each names its partition in ``x-memstream-partition``; 421 when this worker does not own
-    it (the router then waits for the owner), 503 when the partition cannot be read in time."""
-    from memstream.api.faces.http import caller_of, json_response
-
-    def route(path: str, model: type[_Body], run: Callable[[Any, Caller, Any], Awaitable[Any]]) -> Route:
-        async def endpoint(request: Request) -> Response:
-            try:
-                body = model.model_validate_json(await request.body())
-            except ValidationError as exc:
-                return json_response(failure(f"invalid {path} request: {describe_validation(exc)}"), 400)
-            hint = request.headers.get(PARTITION_HEADER, "")
-            if not hint.isdigit() or int(hint) >= node.cfg.partitions:
-                return json_response(failure(f"{path} needs the partition in {PARTITION_HEADER}"), 400)
-            engine = node.engine_for_call({}, int(hint))
-            if engine is None:
-                return json_response(failure("not_owner", node=node.node_id), 421)
-            try:
-                return json_response(await run(engine, caller_of(request), body))
-            except InputError as exc:
-                return json_response(failure(str(exc)), 400)
-            except (TimeoutError, LogUnavailable) as exc:
-                return json_response(failure(f"log_unavailable: {exc}"), 503)
-            except EmbeddingError as exc:
-                return json_response(failure(f"embedding_unavailable: {exc}"), 503)
-            except Exception:
-                log.exception("%s failed", path)
-                return json_response(failure(f"{path} failed; the worker's log has the details"), 500)
-
-        return Route(path, endpoint, methods=["POST"])
-
-    return [
-        route(COLLECT_PATH, CollectBody, _collect_part),
-        route(IMPORT_PATH, ImportBody, _import_part),
-        route(DELETE_MOVED_PATH, DeleteMovedBody, _delete_part),
-    ]
-
-
-async def _collect_part(engine: Any, caller: Caller, body: CollectBody) -> dict[str, Any]:
-    header, records = await collect(
-        engine, body.agent_id, include_embeddings=body.include_embeddings, include_history=body.include_history
-    )
-    return {"header": header, "records": records}
-
-
-async def _import_part(engine: Any, caller: Caller, body: ImportBody) -> dict[str, Any]:
-    partition, partitions = engine.models.partition, engine.node.cfg.partitions
-    for n, rec in body.records:
-        try:
-            agent = record_agent(rec, body.target)
-        except InputError:
-            continue  # the Importer reports it, as embedded mode does
-        if partition_for(agent, partitions) != partition:
-            raise InputError(f"the record on line {n} lands in agent {agent!r}, not of partition {partition}")
-    await engine.decisions()  # the Importer asks which command ids were decided (a dry run, episodes)
-    if body.merge_source is not None:
-        if not body.target:
-            raise InputError("a merge needs its target agent")
-        tally, copied = await merge_into(
-            engine,
-            caller,
-            body.records,
-            source=body.merge_source,
-            target=body.target,
-            session_key=body.session_key,
-            dry_run=body.dry_run,
-        )
-        return {"tally": tally.as_dict(), "profile_copied": copied}
-    importer = Importer(
-        engine, caller, target=body.target, namespace="import", session_key=body.session_key, dry_run=body.dry_run
-    )
-    tally = await importer.run(body.records)
-    return {"tally": tally.as_dict(), "profile_copied": False}
-
-
-async def _delete_part(engine: Any, caller: Caller, body: DeleteMovedBody) -> dict[str, Any]:
-    if partition_for(body.source, engine.node.cfg.partitions) != engine.models.partition:
-        raise InputError(f"agent {body.source!r} is not of partition {engine.models.partition}")
-    return await delete_moved(
-        engine,
-        caller,
-        body.records,
-        body.imported_refs,
-        source=body.source,
-        target=body.target,
-        session_key=body.session_key,
-    )

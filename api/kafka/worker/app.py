@@ -1,14 +1,14 @@
-"""A Kafka-mode worker node: the decider (a faust agent) plus the read side of its partitions.
+"""A Kafka-mode worker: the decider (a faust agent) plus the read side of its partitions.
 
 The consumer group gives a worker some partitions of the commands topic; because every topic
 is partitioned by agent with the same count, partition ``p`` of the events topic holds exactly
-the agents whose commands the worker decides. For each such partition the node keeps the full
+the agents whose commands the worker decides. For each such partition the worker keeps the full
 set of read models (``read_models()``, as the embedded engine does) and answers every tool call
 for those agents over HTTP with the same tool code as the embedded server (``NodeEngine`` gives
-it the engine's surface over one partition). Writes a node receives for a partition its worker
-owns are decided in-process by the worker's decider (``KafkaDecider.submit_local``: same step,
+it the engine's surface over one partition). Writes for a partition the worker owns are
+decided in-process by the worker's decider (``KafkaDecider.submit_local``: same step,
 same appends, no round trip through the commands and replies topics); any other write goes
-through the node's ``KafkaCommandBus`` to whichever worker owns the partition.
+through the worker's ``KafkaCommandBus`` to whichever worker owns the partition.
 
 Who folds the read models (api/kafka/worker/append_fold.py): the worker's faust agent, as it decides.
 The decider is the only writer of its partitions, so once an append is acknowledged where the
@@ -20,16 +20,16 @@ catching up on a partition just gained, and taking a partition back whenever the
 feed it (a checkpoint holds the models' lock, a batch was not handed over). A partition the agent
 feeds is paused in the tail, so a worker does not fetch and decode its own writes a second time.
 
-Reads of the log itself go to the topics: ``history`` and ``audit_log`` through the node's
+Reads of the log itself go to the topics: ``history`` and ``audit_log`` through the worker's
 partition log (``api/kafka/worker/partition_log.py``: one more consumer, one read at a time, with
 deadlines), which ``NodeEngine.log`` exposes for the call's partition under the names the
 tools use, and ``as_of`` reads through views folded from the events topic up to the point
 (``api/kafka/worker/point_in_time.py``). Offsets in those answers are the partition's own.
 ``check_health`` and the file transfers are the router's to answer (the transfers' per-partition
-parts are internal routes here: api/kafka/router/transfers.py). A re-embed runs on the worker of each partition it
+parts are internal routes here: api/kafka/worker/transfer_parts.py). A re-embed runs on the worker of each partition it
 covers, over that partition's agents (the router starts and reports it per partition).
 
-Each node announces which partitions it owns, and at which URL, on the compacted owners topic;
+Each worker announces which partitions it owns, and at which URL, on the compacted owners topic;
 API processes (``api/kafka/router/app.py``) route each call by its agent to the owner.
 """
 
@@ -38,12 +38,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 import uuid
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
 import orjson
+import uvicorn
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -51,14 +53,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
-from memstream.api.kafka.router.gate import guard_worker, owner_route
-from memstream.api.kafka.router.transfers import TRANSFER_TOOLS, transfer_routes
-from memstream.api.kafka.wire import PARTITION_HEADER, route_partition
+from memstream.api.faces.http import STATUS, caller_of, json_response
+from memstream.api.kafka.wire import PARTITION_HEADER, TRANSFER_TOOLS, route_partition
 from memstream.api.kafka.worker import checkpoints
 from memstream.api.kafka.worker.append_fold import plan_feed
 from memstream.api.kafka.worker.checkpoints import checkpoint_dir
+from memstream.api.kafka.worker.guard import guard_worker, owner_route
 from memstream.api.kafka.worker.partition_log import KafkaPartitionLog
 from memstream.api.kafka.worker.point_in_time import KafkaPointInTime
+from memstream.api.kafka.worker.transfer_parts import transfer_routes
+from memstream.api.services.acl import owner_or_history
 from memstream.api.services.embedders import Embedders
 from memstream.api.services.embedding import Embedder
 from memstream.api.services.engine import FAILURE_CODE, REFUSAL_AUDITED, read_models
@@ -66,6 +70,7 @@ from memstream.api.services.point_in_time import View
 from memstream.api.services.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
 from memstream.api.tools.registry import Caller
+from memstream.projections.runner import digest_of
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.commands import Command
 from memstream.streams.deciders.kafka import KafkaDecider, NotOwned
@@ -73,7 +78,7 @@ from memstream.streams.deciders.step import NewEvent
 from memstream.streams.decision import DecisionState, Limits
 from memstream.streams.events import AuditRecord, Embedding, decode
 from memstream.streams.folding import freeze_long_lived
-from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics
 from memstream.streams.log.port import Committed, partition_for
 from memstream.streams.snapshots import SnapshotStore
 
@@ -226,15 +231,15 @@ class Worker:
         self.cfg = cfg
         self.settings = settings
         self.url = url
-        self.node_id = uuid.uuid4().hex[:12]
+        self.worker_id = uuid.uuid4().hex[:12]
         self.embedders = Embedders(settings, embedder, embedders)
-        self.bus = KafkaCommandBus(cfg, instance_id=f"node-{self.node_id}")
+        self.bus = KafkaCommandBus(cfg, instance_id=f"node-{self.worker_id}")
         self.announcer = KafkaLog(cfg)
         self.partition_log = KafkaPartitionLog(cfg)  # history and audit reads, as_of replays
         self.point_in_time = KafkaPointInTime(self.partition_log, settings, self.embedders)
         self.models: dict[int, PartitionModels] = {}
         self.checkpoint_every = settings.kafka_checkpoint_every  # events; 0: no checkpoints
-        self.acked: dict[int, int] = {}  # partition -> highest event offset this node had acknowledged
+        self.acked: dict[int, int] = {}  # partition -> highest event offset this worker had acknowledged
         self.generation = 0
         self.decider: KafkaDecider | None = None  # the worker's, set by run_worker
         self._consumer: AIOKafkaConsumer | None = None
@@ -253,7 +258,7 @@ class Worker:
         await self.partition_log.start()
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=self.cfg.bootstrap,
-            client_id=f"memstream-node-{self.node_id}",
+            client_id=f"memstream-node-{self.worker_id}",
             group_id=None,
             enable_auto_commit=False,
             fetch_max_wait_ms=100,
@@ -376,7 +381,7 @@ class Worker:
         they continue the models; otherwise leave them to the tail, which reads the topic."""
         models = self.models.get(partition)
         if models is None or self._consumer is None:
-            return  # not (yet) this node's: the tail folds it once the assignment reaches here
+            return  # not (yet) this worker's: the tail folds it once the assignment reaches here
         if models.lock.locked():
             self._tail_takes(models)  # a checkpoint is capturing the models: do not hold the agent
             return
@@ -418,7 +423,7 @@ class Worker:
             task.add_done_callback(self._checkpoints.discard)
 
     async def _announce(self, partitions: list[int]) -> None:
-        value = {"node": self.node_id, "url": self.url, "generation": self.generation, "at": time.time()}
+        value = {"node": self.worker_id, "url": self.url, "generation": self.generation, "at": time.time()}
         records = [OutRecord(p, str(p).encode(), orjson.dumps({**value, "partition": p}), []) for p in partitions]
         if records:
             await self.announcer.send(self.cfg.owners_topic, records)
@@ -459,10 +464,24 @@ class Worker:
         models = self.models.get(p)
         return NodeEngine(self, models) if models is not None else None
 
+    async def owner_in_partition(self, kind: str, ident: int) -> tuple[bool, str | None]:
+        """(whether this worker holds the record's partition, the agent owning the record or None).
+        Read from the partition's read models once they include every write acknowledged, as any
+        read; a deleted record's owner is named by the first event of its history."""
+        engine = self.engine_for_call({"ref": f"{kind}:{ident}"})
+        if engine is None:
+            return False, None
+        found = await engine.read(lambda: owner_or_history(engine, kind, ident))
+        if isinstance(found, str):
+            return True, found
+        if not found:
+            return True, None
+        records = await self.announcer.read(engine.models.partition, found[0], found[0] + 1, vectors=False)
+        return True, (str(decode(records[0].value)["scope"]["agent_id"]) if records else None)
 
-def worker_app(node: Worker) -> Starlette:
-    """The node's HTTP face: ``POST /v1/tools/{name}`` for the agents of its partitions."""
-    from memstream.api.faces.http import STATUS, caller_of, json_response
+
+def worker_app(worker: Worker) -> Starlette:
+    """The worker's HTTP face: ``POST /v1/tools/{name}`` for the agents of its partitions."""
 
     async def call(request: Request) -> Response:
         name = request.path_params["name"]
@@ -473,9 +492,9 @@ def worker_app(node: Worker) -> Starlette:
         if name in ROUTER_TOOLS:
             return json_response(failure(f"{name} is the router's to answer (memstream serve --kafka)"), 501)
         hint = request.headers.get(PARTITION_HEADER, "")
-        engine = node.engine_for_call(args, int(hint) if hint.isdigit() else None)
+        engine = worker.engine_for_call(args, int(hint) if hint.isdigit() else None)
         if engine is None:
-            return json_response(failure("not_owner", node=node.node_id), 421)
+            return json_response(failure("not_owner", node=worker.worker_id), 421)
         caller: Caller = caller_of(request)
         try:
             body, code = await run_tool(engine, caller, name, args)
@@ -484,28 +503,26 @@ def worker_app(node: Worker) -> Starlette:
         return json_response(body, 200 if code is None else STATUS.get(code, 400))
 
     async def health(request: Request) -> Response:
-        owned = {str(p): m.offset for p, m in sorted(node.models.items())}
-        body: dict[str, Any] = {"node": node.node_id, "url": node.url, "partitions": owned}
+        owned = {str(p): m.offset for p, m in sorted(worker.models.items())}
+        body: dict[str, Any] = {"node": worker.worker_id, "url": worker.url, "partitions": owned}
         body["fold"] = {
-            str(p): {"by_agent": m.folded_by_agent, "by_tail": m.folded_by_tail, "fed_by_agent": p in node.fed}
-            for p, m in sorted(node.models.items())
+            str(p): {"by_agent": m.folded_by_agent, "by_tail": m.folded_by_tail, "fed_by_agent": p in worker.fed}
+            for p, m in sorted(worker.models.items())
         }
         body["checkpoints"] = {
             str(p): {"restored_from": m.restored_from, "last": m.checkpoint_offset}
-            for p, m in sorted(node.models.items())
+            for p, m in sorted(worker.models.items())
             if m.store is not None
         }
-        if node.decider is not None:
-            d = node.decider
+        if worker.decider is not None:
+            d = worker.decider
             body["decider"] = {"decided": d.decided, "batches": d.batches, "busy_s": round(d.busy_s, 3)}
         return json_response(body)
 
     async def digests(request: Request) -> Response:
         """Each owned partition's read-model digests and offset, for replay checks."""
-        from memstream.projections.runner import digest_of
-
         out = {}
-        for p, models in sorted(node.models.items()):
+        for p, models in sorted(worker.models.items()):
             async with models.lock:
                 out[str(p)] = {"offset": models.offset, "digests": {m.name: digest_of(m) for m in models.projections}}
         return json_response(out)
@@ -514,11 +531,11 @@ def worker_app(node: Worker) -> Starlette:
         Route("/v1/tools/{name}", call, methods=["POST"]),
         Route("/health", health),
         Route("/digests", digests),
-        owner_route(node),  # record owners, for the routers' grant checks (api/kafka/router/gate.py)
-        *transfer_routes(node),  # the workers' parts of export / import / merge (api/kafka/router/transfers.py)
+        owner_route(worker),  # record owners, for the routers' grant checks (api/kafka/router/gate.py)
+        *transfer_routes(worker),  # the workers' parts of export / import / merge (worker/transfer_parts.py)
     ]
     app = Starlette(routes=routes)
-    guard_worker(app, node.settings)  # MEMSTREAM_WORKER_TOKEN: only routers get an answer
+    guard_worker(app, worker.settings)  # MEMSTREAM_WORKER_TOKEN: only routers get an answer
     return app
 
 
@@ -533,14 +550,12 @@ def run_worker(
     session_timeout_s: float = 10.0,
 ) -> None:
     """Run a worker: decider + read side + HTTP face, until SIGTERM/SIGINT (blocks)."""
-    import socket
-
+    # Here, not at the top: faust (and uvloop) load only in a worker process, not in every
+    # process that imports this module (a router, a replay).
     import faust
-    import uvicorn
     import uvloop
 
     from memstream.streams.deciders.faust_app import create_app
-    from memstream.streams.log.kafka import ensure_topics
 
     asyncio.run(ensure_topics(cfg))
     sock = socket.socket()
@@ -548,34 +563,34 @@ def run_worker(
     sock.bind((host, port))
     sock.listen(128)
     bound = sock.getsockname()[1]
-    node = Worker(cfg, settings, url=f"http://{host}:{bound}")
+    worker = Worker(cfg, settings, url=f"http://{host}:{bound}")
 
     class _Server(uvicorn.Server):
         @contextlib.contextmanager
         def capture_signals(self) -> Generator[None, None, None]:  # faust owns the signals
             yield
 
-    server = _Server(uvicorn.Config(worker_app(node), log_level="warning", access_log=False, lifespan="off"))
+    server = _Server(uvicorn.Config(worker_app(worker), log_level="warning", access_log=False, lifespan="off"))
 
     async def serve() -> None:
         await server.serve(sockets=[sock])
 
-    app, node.decider = create_app(
+    app, worker.decider = create_app(
         cfg,
         limits=limits,
         session_timeout_s=session_timeout_s,
         heartbeat_s=session_timeout_s / 10,
-        on_assigned=node.assigned,
-        on_revoked=node.revoked,
-        on_appended=node.appended,
+        on_assigned=worker.assigned,
+        on_revoked=worker.revoked,
+        on_appended=worker.appended,
         tasks=[serve],
     )
-    log.warning("memstream worker %s answering at %s", node.node_id, node.url)
+    log.warning("memstream worker %s answering at %s", worker.worker_id, worker.url)
     # uvloop, as uvicorn uses for `memstream serve`: a worker's time is mostly event-loop and
     # socket work (HTTP calls in, Kafka fetches and produces out), which uvloop does in C.
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    faust_worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     # faust's terminal spinner sets the root logger to DEBUG (to spin on every record), so every
     # debug line of aiokafka would be formatted: about a tenth of a busy worker's CPU.
-    worker.spinner = None
-    worker.execute_from_commandline()
+    faust_worker.spinner = None
+    faust_worker.execute_from_commandline()
