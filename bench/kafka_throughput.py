@@ -194,7 +194,8 @@ async def rebuild_run(events: int, partitions: int) -> dict[str, Any]:
     from memstream.api.kafka.worker.replay import rebuild_partitions
     from memstream.streams import commands as c
     from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
-    from memstream.streams.decision import DecisionState, Limits
+    from memstream.streams.decision.limits import Limits
+    from memstream.streams.decision.state import DecisionState
     from memstream.streams.events import Actor, Embedding, Scope, utcnow
     from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
 

@@ -243,7 +243,7 @@ async def fill(data_dir: Path, texts: list[str], vecs: np.ndarray, model_id: str
     from memstream.api.tools.sanitize import normalize_source
     from memstream.streams.buses.embedded import EmbeddedCommandBus
     from memstream.streams.commands import StoreMemory
-    from memstream.streams.decision import Limits
+    from memstream.streams.decision.limits import Limits
     from memstream.streams.events import Actor, Embedding, Scope, new_id, utcnow
     from memstream.streams.log.sqlite import SqliteLog
     from memstream.streams.snapshots import SnapshotStore

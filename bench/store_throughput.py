@@ -255,7 +255,7 @@ def rebuild_rates(events: int) -> dict[str, Any]:
     from memstream.projections.runner import ProjectionRunner
     from memstream.streams import commands as c
     from memstream.streams.buses.embedded import EmbeddedCommandBus, catch_up_decision_state
-    from memstream.streams.decision import DecisionState
+    from memstream.streams.decision.state import DecisionState
     from memstream.streams.events import Actor, Embedding, Scope, decode
     from memstream.streams.folding import bulk_fold
     from memstream.streams.log.sqlite import SqliteLog

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memstream.projections.scope import ScopeFilter
-from memstream.streams.associations import normalize
+from memstream.streams.decision.associations.terms import normalize
 
 # How many entities one neighbourhood expands (starts included), for traverse and the walk alike:
 # the hop bound caps depth, not breadth, and on a connected graph five hops reach nearly all of it.

@@ -32,7 +32,7 @@ from memstream.projections.vectors import VectorProjection
 from memstream.projections.versions import VersionsProjection
 from memstream.streams.buses.embedded import EmbeddedCommandBus
 from memstream.streams.commands import Command
-from memstream.streams.decision import Limits
+from memstream.streams.decision.limits import Limits
 from memstream.streams.events import AuditRecord, Embedding, decode
 from memstream.streams.folding import freeze_long_lived
 from memstream.streams.log.port import Committed

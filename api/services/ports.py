@@ -24,7 +24,7 @@ from memstream.projections.standings import StandingsProjection
 from memstream.projections.vectors import VectorProjection
 from memstream.projections.versions import VersionsProjection
 from memstream.streams.commands import Command
-from memstream.streams.decision import DecisionState
+from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, Embedding
 from memstream.streams.log.port import Committed, LogRecord
 

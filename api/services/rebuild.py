@@ -15,7 +15,7 @@ from memstream.api.services.engine import read_models
 from memstream.api.services.settings import Settings
 from memstream.projections.runner import ProjectionRunner
 from memstream.streams.buses.embedded import DECISION_SNAPSHOT, catch_up_decision_state, load_decision_state
-from memstream.streams.decision import DecisionState
+from memstream.streams.decision.state import DecisionState
 from memstream.streams.log.sqlite import SqliteLog
 from memstream.streams.snapshots import SnapshotStore
 

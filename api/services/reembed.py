@@ -22,7 +22,7 @@ from typing import Any
 from memstream.api.services.embedding import Embedder
 from memstream.api.services.engine import Engine
 from memstream.streams import commands as c
-from memstream.streams.decision import content_key
+from memstream.streams.decision.keys import content_key
 from memstream.streams.events import Actor, Embedding, Scope, new_id, utcnow
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from memstream.api.tools.sanitize import (
     parse_timestamp,
 )
 from memstream.streams import commands as c
-from memstream.streams.decision import Outcome
+from memstream.streams.decision.outcome import Outcome
 
 # -- store ----------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Any, Final
 import orjson
 
 from memstream.streams import commands as c
-from memstream.streams.decision import Outcome
+from memstream.streams.decision.outcome import Outcome
 from memstream.streams.events import AuditRecord
 from memstream.streams.log.port import Committed
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from memstream.streams.commands import Command
 from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
-from memstream.streams.decision import DecisionState, Limits
+from memstream.streams.decision.limits import Limits
+from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, decode
 from memstream.streams.folding import bulk_fold
 from memstream.streams.log.port import Committed, LogUnavailable

@@ -26,7 +26,7 @@ from typing import Any
 import faust
 
 from memstream.streams.deciders.kafka import AppendedHook, Incoming, KafkaDecider
-from memstream.streams.decision import Limits
+from memstream.streams.decision.limits import Limits
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog
 
 log = logging.getLogger(__name__)

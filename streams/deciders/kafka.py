@@ -46,7 +46,8 @@ from typing import Any, Union
 from memstream.streams.buses.codec import CodecError, decode_item, encode_reply
 from memstream.streams.commands import Command
 from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
-from memstream.streams.decision import DecisionState, Limits
+from memstream.streams.decision.limits import Limits
+from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, decode
 from memstream.streams.log.kafka import Appended, KafkaLog, KafkaLogError, OutRecord
 from memstream.streams.log.port import Committed, LogUnavailable

@@ -13,7 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memstream.streams.commands import Command
-from memstream.streams.decision import DecideContext, DecisionState, Limits, Outcome, decide, outcome_of_memo
+from memstream.streams.decision.dispatch import decide
+from memstream.streams.decision.limits import Limits
+from memstream.streams.decision.memo import outcome_of_memo
+from memstream.streams.decision.outcome import Outcome
+from memstream.streams.decision.state import DecisionState
+from memstream.streams.decision.verdict import DecideContext
 from memstream.streams.events import AuditRecord, decode, new_id
 from memstream.streams.log.port import Committed, partition_for
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar, cast
 
 from memstream.streams.commands import Command
-from memstream.streams.decision import Outcome
+from memstream.streams.decision.outcome import Outcome
 from memstream.streams.events import AuditRecord
 
 T = TypeVar("T")

@@ -13,7 +13,10 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from memstream.streams import commands as c
-from memstream.streams.decision import DecideContext, DecisionState, Limits, decide
+from memstream.streams.decision.dispatch import decide
+from memstream.streams.decision.limits import Limits
+from memstream.streams.decision.state import DecisionState
+from memstream.streams.decision.verdict import DecideContext
 from memstream.streams.events import Actor, Embedding, Scope, decode
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, KafkaLogError, ensure_topics
 from memstream.streams.log.port import partition_for

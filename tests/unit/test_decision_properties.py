@@ -11,7 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstream.streams import commands as c
-from memstream.streams.decision import DecideContext, DecisionState, Limits, decide
+from memstream.streams.decision.dispatch import decide
+from memstream.streams.decision.limits import Limits
+from memstream.streams.decision.state import DecisionState
+from memstream.streams.decision.verdict import DecideContext
 from memstream.streams.events import Actor, Embedding, Scope, decode
 from memstream.streams.log.port import partition_for
 

@@ -20,7 +20,10 @@ from memstream.projections.runner import ProjectionRunner, digest_of, replay
 from memstream.projections.scope import ScopeFilter
 from memstream.projections.vectors import VectorProjection
 from memstream.streams import commands as c
-from memstream.streams.decision import DecideContext, DecisionState, Limits, decide
+from memstream.streams.decision.dispatch import decide
+from memstream.streams.decision.limits import Limits
+from memstream.streams.decision.state import DecisionState
+from memstream.streams.decision.verdict import DecideContext
 from memstream.streams.events import Actor, Embedding, Scope, decode
 from memstream.streams.log.port import LogRecord
 from memstream.streams.snapshots import SnapshotStore

@@ -75,7 +75,8 @@ from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.commands import Command
 from memstream.streams.deciders.kafka import KafkaDecider, NotOwned
 from memstream.streams.deciders.step import NewEvent
-from memstream.streams.decision import DecisionState, Limits
+from memstream.streams.decision.limits import Limits
+from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, Embedding, decode
 from memstream.streams.folding import freeze_long_lived
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics

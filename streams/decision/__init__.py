@@ -1,0 +1,1 @@
+"""The write side's decision rules: the state deciders consult, its fold, and the deciders."""

@@ -1,0 +1,88 @@
+"""What the deciders know of one agent: its live records, dedup indexes, model and command memo."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from memstream.streams.decision.associations.index import AssocIndex
+from memstream.streams.decision.memo import COMMAND_MEMO_PER_AGENT, Memo
+
+
+@dataclass(slots=True)
+class MemoryFacts:
+    project: str
+    channel: str
+    msg_id: str | None
+    content_key: bytes
+    source_id: str = ""
+    locked: bool = False
+    # Models this memory has a vector of: one after a write, two while a re-embed is under
+    # way (see ``memory.reembedded``), so the switch can check that nobody is left behind.
+    models: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class AgentDecisionState:
+    memories: dict[int, MemoryFacts] = field(default_factory=dict)
+    by_msg: dict[tuple[str, str], int] = field(default_factory=dict)
+    by_content: dict[tuple[str, str, bytes], int] = field(default_factory=dict)
+    # episode id -> models it has a vector of (as ``MemoryFacts.models``)
+    episodes: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    has_profile: bool = False
+    # The embedding model of the agent's vectors: fixed by its first embedded write, changed
+    # only by a completed re-embed (``embedding.switched``), so one agent's vectors are never
+    # a mix of models that cannot be compared.
+    model: str | None = None
+    # Declared associations (decision/associations/); None until the agent declares any.
+    assoc: AssocIndex | None = None
+    # command id -> its first outcome: a dict for audited outcomes, a compact event memo
+    # (see ``memo.memo_of_event``) for applied ones.
+    commands: OrderedDict[str, Memo] = field(default_factory=OrderedDict)
+
+    def remember(self, command_id: str, outcome: Memo) -> None:
+        if command_id in self.commands:
+            return  # the first outcome is the one a retry gets back
+        self.commands[command_id] = outcome
+        if len(self.commands) > COMMAND_MEMO_PER_AGENT:
+            self.commands.popitem(last=False)
+
+    def saw_model(self, models: tuple[str, ...]) -> None:
+        if self.model is None and models:
+            self.model = models[0]
+
+    def missing_model(self, model: str) -> int:
+        """How many live memories and episodes have no vector of ``model``."""
+        gone = sum(1 for f in self.memories.values() if model not in f.models)
+        return gone + sum(1 for models in self.episodes.values() if model not in models)
+
+    def forget_memory(self, memory_id: int) -> None:
+        facts = self.memories.pop(memory_id, None)
+        if facts is None:
+            return
+        if facts.msg_id is not None and self.by_msg.get((facts.project, facts.msg_id)) == memory_id:
+            del self.by_msg[(facts.project, facts.msg_id)]
+        key = (facts.project, facts.channel, facts.content_key)
+        if self.by_content.get(key) == memory_id:
+            del self.by_content[key]
+
+
+# Model tuples are shared, not built per record: a fold of a million memories holds one.
+_MODEL_TUPLES: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def intern_models(*models: str) -> tuple[str, ...]:
+    t = _MODEL_TUPLES.get(models)
+    if t is None:
+        t = _MODEL_TUPLES[models] = models
+    return t
+
+
+def models_of(p: dict[str, Any]) -> tuple[str, ...]:
+    emb = p.get("embedding")
+    return intern_models(emb["model"]) if emb else ()
+
+
+def with_model(models: tuple[str, ...], model: str) -> tuple[str, ...]:
+    return models if model in models else intern_models(*models, model)

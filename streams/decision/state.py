@@ -1,0 +1,208 @@
+"""The decision state: the fold of the whole log that deciders consult, its snapshot and digest.
+
+It holds only what the rules need (live records, dedup keys, locks, episodes, the profile flag,
+the outcomes of recent command ids) and is a pure fold: replaying the same log gives the same
+state, byte for byte in its snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from typing import Any, Final
+
+import orjson
+
+from memstream.streams.decision.associations.index import AssocIndex
+from memstream.streams.decision.facts import AgentDecisionState, MemoryFacts, intern_models, models_of, with_model
+from memstream.streams.decision.keys import content_key, source_id_of
+from memstream.streams.decision.memo import memo_from_json, memo_of_event, memo_to_json
+
+
+class DecisionState:
+    """The fold of the whole log (all partitions an owner holds) that deciders consult."""
+
+    # The snapshot layout; a snapshot of another format is discarded and the state refolded.
+    FORMAT: Final = 2
+
+    def __init__(self, num_partitions: int) -> None:
+        self.num_partitions = num_partitions
+        self.agents: dict[str, AgentDecisionState] = {}
+        self.next_seq: list[int] = [0] * num_partitions  # id allocation, per partition
+        self.event_offset = -1  # last applied event offset
+        self.audit_offset = -1  # last applied audit offset
+
+    def agent(self, agent_id: str) -> AgentDecisionState:
+        st = self.agents.get(agent_id)
+        if st is None:
+            st = self.agents[agent_id] = AgentDecisionState()
+        return st
+
+    def peek_id(self, partition: int) -> int:
+        """The id the partition's next record gets: ``seq * partitions + partition + 1``.
+
+        Unique across partitions without coordination (each partition owns one residue), never
+        0, and allocated by folding the event that uses it, so replay re-derives it exactly."""
+        return self.next_seq[partition] * self.num_partitions + partition + 1
+
+    def _saw_id(self, ident: int) -> None:
+        p = (ident - 1) % self.num_partitions
+        seq = (ident - 1) // self.num_partitions
+        if seq >= self.next_seq[p]:
+            self.next_seq[p] = seq + 1
+
+    # -- the fold ---------------------------------------------------------------------------
+
+    def apply_event(self, offset: int, ev: dict[str, Any]) -> None:
+        if offset <= self.event_offset:
+            return  # at-least-once delivery: an event seen twice changes nothing
+        self.event_offset = offset
+        st = self.agent(ev["scope"]["agent_id"])
+        p = ev["payload"]
+        t = ev["type"]
+        facts: MemoryFacts | None
+        if t == "memory.stored":
+            mid = p["id"]
+            self._saw_id(mid)
+            scope = ev["scope"]
+            facts = MemoryFacts(
+                scope["project_id"],
+                scope["channel"],
+                p.get("msg_id"),
+                content_key(p["content"]),
+                source_id_of(p.get("source")),
+                bool(p.get("locked", False)),
+                models_of(p),
+            )
+            st.saw_model(facts.models)
+            st.memories[mid] = facts
+            if facts.msg_id is not None:
+                st.by_msg.setdefault((facts.project, facts.msg_id), mid)
+            st.by_content.setdefault((facts.project, facts.channel, facts.content_key), mid)
+        elif t == "memory.updated":
+            facts = st.memories.get(p["id"])
+            if facts is not None:
+                old = (facts.project, facts.channel, facts.content_key)
+                if st.by_content.get(old) == p["id"]:
+                    del st.by_content[old]
+                facts.content_key = content_key(p["content"])
+                st.by_content.setdefault((facts.project, facts.channel, facts.content_key), p["id"])
+                # The old vectors described the old text: only the update's own one is left.
+                facts.models = models_of(p)
+                st.saw_model(facts.models)
+        elif t == "memory.deleted":
+            st.forget_memory(p["id"])
+            if st.assoc is not None:
+                st.assoc.forget_record(f"mem:{p['id']}")
+        elif t == "memory.locked" or t == "memory.unlocked":
+            facts = st.memories.get(p["id"])
+            if facts is not None:
+                facts.locked = t == "memory.locked"
+        elif t == "memory.reembedded":
+            model = p["embedding"]["model"]
+            if p.get("kind", "mem") == "ep":
+                if p["id"] in st.episodes:
+                    st.episodes[p["id"]] = with_model(st.episodes[p["id"]], model)
+            else:
+                facts = st.memories.get(p["id"])
+                if facts is not None:
+                    facts.models = with_model(facts.models, model)
+        elif t == "embedding.switched":
+            model = p["model"]
+            st.model = model
+            for facts in st.memories.values():
+                facts.models = intern_models(model) if model in facts.models else ()
+            for eid, models in st.episodes.items():
+                st.episodes[eid] = intern_models(model) if model in models else ()
+        elif t == "episode.archived":
+            self._saw_id(p["id"])
+            st.episodes[p["id"]] = models_of(p)
+            st.saw_model(st.episodes[p["id"]])
+        elif t == "episode.deleted":
+            st.episodes.pop(p["id"], None)
+            if st.assoc is not None:
+                st.assoc.forget_record(f"ep:{p['id']}")
+        elif t == "profile.updated":
+            st.has_profile = True
+            st.saw_model(models_of(p))
+        elif t == "agent_data.deleted":
+            for mid in p["memory_ids"]:
+                st.forget_memory(mid)
+            for eid in p["episode_ids"]:
+                st.episodes.pop(eid, None)
+            if p.get("profile"):
+                st.has_profile = False
+            if st.assoc is not None:
+                for ref in [f"mem:{i}" for i in p["memory_ids"]] + [f"ep:{i}" for i in p["episode_ids"]]:
+                    st.assoc.forget_record(ref)
+        elif t == "associations.declared" or t == "associations.retracted":
+            if st.assoc is None:
+                st.assoc = AssocIndex()
+            st.assoc.apply(ev["scope"]["project_id"], ev["scope"]["channel"], p)
+        st.remember(ev["command_id"], memo_of_event(t, p))
+
+    def apply_audit(self, offset: int, rec: dict[str, Any]) -> None:
+        if offset <= self.audit_offset:
+            return
+        self.audit_offset = offset
+        self.agent(rec["scope"]["agent_id"]).remember(rec["command_id"], rec["outcome"])
+
+    # -- snapshot and digest ----------------------------------------------------------------
+
+    def to_snapshot(self) -> dict[str, Any]:
+        """A canonical, JSON-able form: equal states give byte-equal snapshots."""
+        agents = {}
+        for name in sorted(self.agents):
+            st = self.agents[name]
+            agents[name] = {
+                "memories": [
+                    [mid, f.project, f.channel, f.msg_id, f.content_key.hex(), f.source_id, f.locked, list(f.models)]
+                    for mid, f in sorted(st.memories.items())
+                ],
+                "episodes": [[eid, list(models)] for eid, models in sorted(st.episodes.items())],
+                "has_profile": st.has_profile,
+                "model": st.model,
+                "commands": [[k, memo_to_json(v)] for k, v in st.commands.items()],
+            }
+            if st.assoc is not None:
+                agents[name]["assoc"] = st.assoc.to_snapshot()
+        return {
+            "format": self.FORMAT,
+            "num_partitions": self.num_partitions,
+            "next_seq": self.next_seq,
+            "event_offset": self.event_offset,
+            "audit_offset": self.audit_offset,
+            "agents": agents,
+        }
+
+    @classmethod
+    def from_snapshot(cls, snap: dict[str, Any]) -> DecisionState:
+        state = cls(snap["num_partitions"])
+        state.next_seq = list(snap["next_seq"])
+        state.event_offset = snap["event_offset"]
+        state.audit_offset = snap["audit_offset"]
+        for name, a in snap["agents"].items():
+            st = state.agent(name)
+            for mid, project, channel, msg_id, key, source_id, locked, models in a["memories"]:
+                facts = MemoryFacts(
+                    project, channel, msg_id, bytes.fromhex(key), source_id, locked, intern_models(*models)
+                )
+                st.memories[mid] = facts
+            # Index maps are rebuilt in id order, the order the fold first saw them.
+            for mid, f in sorted(st.memories.items()):
+                if f.msg_id is not None:
+                    st.by_msg.setdefault((f.project, f.msg_id), mid)
+                st.by_content.setdefault((f.project, f.channel, f.content_key), mid)
+            st.episodes = {eid: intern_models(*models) for eid, models in a["episodes"]}
+            st.has_profile = a["has_profile"]
+            st.model = a["model"]
+            if "assoc" in a:
+                st.assoc = AssocIndex.from_snapshot(a["assoc"])
+            st.commands = OrderedDict((k, memo_from_json(v)) for k, v in a["commands"])
+        return state
+
+    def digest(self) -> str:
+        snap = self.to_snapshot()
+        snap.pop("event_offset")
+        snap.pop("audit_offset")
+        return hashlib.sha256(orjson.dumps(snap)).hexdigest()
