@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from memstream.api.services.ports import Engine, LogReads
 from memstream.api.tools.transfer.batches import chunks
 from memstream.api.tools.transfer.jsonl import export_header
 from memstream.api.tools.transfer.vectors import vector_fields
@@ -28,7 +29,7 @@ def _vector_of(records: list[LogRecord], model: str | None) -> tuple[str, bytes]
 
 
 async def collect(
-    engine: Any, agent_id: str, *, include_embeddings: bool, include_history: bool = True
+    engine: Engine, agent_id: str, *, include_embeddings: bool, include_history: bool = True
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The header and every record of an agent ('' = every agent), as of one read.
 
@@ -114,17 +115,16 @@ async def collect(
 
     for chunk in chunks(memories + episodes, 500):
         offsets = sorted({o for r in chunk for o in r["_offsets"] if o <= offset})
-        by_offset = {rec.offset: rec for rec in await _records_at(engine, offsets)}
+        by_offset = {rec.offset: rec for rec in await _records_at(engine.log, offsets)}
         await loop.run_in_executor(None, attach, chunk, by_offset)
     header = export_header(agent_id, memories, episodes, profiles, log_offset=offset)
     return header, memories + episodes + profiles
 
 
-async def _records_at(engine: Any, offsets: list[int]) -> list[LogRecord]:
+async def _records_at(log: LogReads, offsets: list[int]) -> list[LogRecord]:
     """The log records at ``offsets``: the embedded log reads its file (on a thread, as the
     loop must not wait on the disk); a Kafka worker's partition log reads the topic."""
-    read = engine.log.read_offsets
+    read = log.read_offsets
     if inspect.iscoroutinefunction(read):
         return await resolved(read(offsets))
-    records: list[LogRecord] = await asyncio.get_running_loop().run_in_executor(None, read, offsets)
-    return records
+    return await resolved(await asyncio.get_running_loop().run_in_executor(None, read, offsets))

@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
+from typing import TypedDict
 
 import orjson
+
+from memstream.streams.events import Actor, Scope
+
+
+class Envelope(TypedDict):
+    """The fields every command carries besides its own: its id, scope, actor and arrival."""
+
+    command_id: str
+    scope: Scope
+    actor: Actor
+    received_at: datetime
 
 
 def command_seed(*parts: object) -> str:

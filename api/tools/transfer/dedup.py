@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memstream.api.services.ports import Reads
 from memstream.api.tools.sanitize import parse_timestamp
 from memstream.streams import commands as c
 
@@ -15,7 +16,7 @@ def decided_already(engine: Any, cmd: c.Command) -> bool:
     return agent is not None and cmd.command_id in agent.commands
 
 
-async def episode_exists(engine: Any, cmd: c.ArchiveEpisode) -> bool:
+async def episode_exists(engine: Reads, cmd: c.ArchiveEpisode) -> bool:
     """Whether the agent has a live episode equal to the one ``cmd`` archives (episodes have no
     dedup rule of their own: an equal live one is this one)."""
     scope = cmd.scope
@@ -34,7 +35,7 @@ async def episode_exists(engine: Any, cmd: c.ArchiveEpisode) -> bool:
     return bool(await engine.read(query))
 
 
-async def duplicate_memory(engine: Any, cmd: c.StoreMemory) -> bool:
+async def duplicate_memory(engine: Reads, cmd: c.StoreMemory) -> bool:
     """Whether the store rule would skip ``cmd`` as a duplicate (same content, or same msg_id)."""
 
     def query() -> bool:

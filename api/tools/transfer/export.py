@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import Field, StrictStr
 
+from memstream.api.services.ports import Engine
 from memstream.api.tools.common import Flag
 from memstream.api.tools.registry import Caller, ToolArgs
 from memstream.api.tools.transfer.collect import collect
@@ -18,7 +19,7 @@ class ExportArgs(ToolArgs):
     include_embeddings: Flag = Field(default=False, description="Write each record's vector (base64 float32).")
 
 
-async def export_memories(engine: Any, caller: Caller, args: ExportArgs) -> dict[str, Any]:
+async def export_memories(engine: Engine, caller: Caller, args: ExportArgs) -> dict[str, Any]:
     path = confine(engine.settings, args.output_path)
     if path is None:
         return path_refusal("output_path", args.output_path)

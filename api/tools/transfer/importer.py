@@ -10,10 +10,12 @@ from memstream.api.tools.registry import Caller
 from memstream.api.tools.sanitize import InputError
 from memstream.api.tools.transfer.batches import CHUNK, chunks
 from memstream.api.tools.transfer.dedup import decided_already, duplicate_memory, episode_exists
+from memstream.api.tools.transfer.engine import TransferEngine
 from memstream.api.tools.transfer.jsonl import Numbered, split_types
 from memstream.api.tools.transfer.record_commands import RecordCommands
 from memstream.api.tools.transfer.tally import Tally
 from memstream.api.tools.transfer.vectors import decode_vector
+from memstream.projections.records import ProfileRow
 from memstream.streams import commands as c
 from memstream.streams.events import Embedding
 from memstream.streams.log.port import resolved
@@ -26,7 +28,7 @@ class Importer:
     """Turns records into commands and submits them, CHUNK at a time; ``tally`` counts them."""
 
     def __init__(
-        self, engine: Any, caller: Caller, *, target: str, namespace: str, session_key: str, dry_run: bool
+        self, engine: TransferEngine, caller: Caller, *, target: str, namespace: str, session_key: str, dry_run: bool
     ) -> None:
         self.engine = engine
         self.commands = RecordCommands(
@@ -66,7 +68,7 @@ class Importer:
             except (InputError, ValueError) as exc:
                 t.errors.append(f"Line {n}: profile: {exc}")
                 continue
-            current = await self.engine.read(lambda a=cmd.scope.agent_id: self.engine.profiles.rows.get(a))
+            current = await self._profile(cmd.scope.agent_id)
             if t.dry_run or (current is not None and current.content == cmd.content):
                 t.profile_updated = True  # as CPersona says it: the profile is the file's
                 continue
@@ -125,6 +127,9 @@ class Importer:
             if out.id is not None and isinstance(rec.get("id"), int):
                 t.imported_refs[f"{'mem' if kind == 'memory' else 'ep'}:{rec['id']}"] = out.id
             t.count(kind, imported=out.result == "applied" and done.offset is not None)
+
+    async def _profile(self, agent_id: str) -> ProfileRow | None:
+        return await self.engine.read(lambda: self.engine.profiles.rows.get(agent_id))
 
     async def _equal_episode(self, cmd: TextCommand) -> bool:
         return isinstance(cmd, c.ArchiveEpisode) and await episode_exists(self.engine, cmd)

@@ -8,6 +8,7 @@ from pydantic import Field, StrictStr
 
 from memstream.api.tools.common import CommandId, Flag, SessionKey
 from memstream.api.tools.registry import Caller, ToolArgs
+from memstream.api.tools.transfer.engine import TransferEngine
 from memstream.api.tools.transfer.files import read_export
 from memstream.api.tools.transfer.importer import Importer
 from memstream.api.tools.transfer.jsonl import parse_export
@@ -24,7 +25,13 @@ class ImportArgs(ToolArgs):
 
 
 async def import_file(
-    engine: Any, caller: Caller, raw: bytes, *, target: str = "", dry_run: bool = False, session_key: str = ""
+    engine: TransferEngine,
+    caller: Caller,
+    raw: bytes,
+    *,
+    target: str = "",
+    dry_run: bool = False,
+    session_key: str = "",
 ) -> dict[str, Any]:
     """Import the bytes of an export file (the tool and ``memstream import`` share this)."""
     parsed = parse_export(raw, dry_run)
@@ -39,7 +46,7 @@ async def import_file(
     return body
 
 
-async def import_memories(engine: Any, caller: Caller, args: ImportArgs) -> dict[str, Any]:
+async def import_memories(engine: TransferEngine, caller: Caller, args: ImportArgs) -> dict[str, Any]:
     raw = await read_export(engine.settings, args.input_path)
     if isinstance(raw, dict):
         return raw

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from memstream.api.services.ports import Engine
 from memstream.api.tools.registry import Caller
-from memstream.api.tools.transfer.command_ids import command_seed
+from memstream.api.tools.transfer.command_ids import Envelope, command_seed
 from memstream.streams import commands as c
 from memstream.streams.events import Actor, Scope, utcnow
 
@@ -21,7 +22,7 @@ def moved_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def delete_moved(
-    engine: Any,
+    engine: Engine,
     caller: Caller,
     records: list[dict[str, Any]],
     imported_refs: dict[str, int],
@@ -42,7 +43,7 @@ async def delete_moved(
         ref = f"{'mem' if r['_type'] == 'memory' else 'ep'}:{r.get('id')}"
         if ref not in imported_refs:
             continue
-        env = {
+        env: Envelope = {
             "command_id": f"move:{command_seed(source, target, ref)}",
             "scope": Scope(agent_id=source),
             "actor": actor,

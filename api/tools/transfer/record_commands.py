@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -17,7 +18,7 @@ from memstream.api.tools.sanitize import (
     normalize_source,
     parse_timestamp,
 )
-from memstream.api.tools.transfer.command_ids import command_seed
+from memstream.api.tools.transfer.command_ids import Envelope, command_seed
 from memstream.streams import commands as c
 from memstream.streams.events import Actor, Scope, utcnow
 
@@ -29,6 +30,13 @@ def record_agent(rec: dict[str, Any], target: str) -> str:
         raise InputError("no agent: the record has no agent_id and no target_agent_id was given")
     check_utf8(aid, "agent_id")
     return aid
+
+
+def _instant(rec: dict[str, Any], key: str) -> datetime | None:
+    raw = rec.get(key)
+    if raw is not None and not isinstance(raw, str):
+        raise InputError(f"{key} must be a string")
+    return parse_timestamp(raw, key)
 
 
 class RecordCommands:
@@ -46,7 +54,7 @@ class RecordCommands:
     def agent_of(self, rec: dict[str, Any]) -> str:
         return record_agent(rec, self.target)
 
-    def envelope(self, rec: dict[str, Any], aid: str, kind: str) -> dict[str, Any]:
+    def envelope(self, rec: dict[str, Any], aid: str, kind: str) -> Envelope:
         project, channel = rec.get("project_id") or "", rec.get("channel") or ""
         if not isinstance(project, str) or not isinstance(channel, str):
             raise InputError("project_id and channel must be strings")
@@ -108,12 +116,7 @@ class RecordCommands:
         metadata = rec.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise InputError("metadata must be an object")
-        times = {}
-        for key in ("start_time", "end_time"):
-            raw = rec.get(key)
-            if raw is not None and not isinstance(raw, str):
-                raise InputError(f"{key} must be a string")
-            times[key] = parse_timestamp(raw, key)
+        start_time, end_time = _instant(rec, "start_time"), _instant(rec, "end_time")
         resolved = rec.get("resolved")
         cmd = c.ArchiveEpisode(
             **self.envelope(rec, aid, "ep"),
@@ -121,7 +124,8 @@ class RecordCommands:
             keywords=keywords,
             resolved=None if resolved is None else bool(resolved),
             metadata=metadata,
-            **times,
+            start_time=start_time,
+            end_time=end_time,
         )
         return cmd, text
 
