@@ -42,6 +42,7 @@ async def test_s1_last_declaration_is_current_and_earlier_ones_stay_in_history(f
     assert [(d["standing"], d["note"]) for d in declared] == [("noise", "flaky"), ("fact", None)]
 
 
+@pytest.mark.embedded_only("reads the embedded server's log end")
 async def test_s1_bad_declarations_change_nothing(face: Any, http_server: ServerThread) -> None:
     ref = await _store(face, "s1b", "a memory to judge")
     other = await _store(face, "s1b-other", "someone else's memory")

@@ -94,6 +94,7 @@ async def test_w5_lock_protects_from_update_delete_and_bulk_delete(face: Any) ->
     assert await face.call("delete_memory", {"agent_id": "a", "memory_id": mid}) == {"ok": True, "deleted_id": mid}
 
 
+@pytest.mark.embedded_only("check_health's figures are the embedded server's")
 async def test_w6_update_profile_replaces(face: Any) -> None:
     assert await face.call("get_profile", {"agent_id": "p"}) == {"profile": ""}
     assert await face.call("update_profile", {"agent_id": "p", "profile": "first"}) == {
@@ -166,6 +167,7 @@ BAD_INPUTS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+@pytest.mark.embedded_only("reads the embedded server's log end")
 @pytest.mark.parametrize(("tool", "args"), BAD_INPUTS, ids=[f"{t}-{i}" for i, (t, _) in enumerate(BAD_INPUTS)])
 async def test_w8_bad_input_is_refused_clearly_and_changes_nothing(
     face: Any, http_server: ServerThread, tool: str, args: dict[str, Any]
@@ -216,6 +218,7 @@ async def test_w8_mcp_lone_surrogate(http_server: ServerThread) -> None:
     assert log_end(http_server)[0] == before
 
 
+@pytest.mark.embedded_only("reads the embedded server's log end")
 async def test_w9_retried_command_returns_first_outcome_and_appends_nothing(
     face: Any, http_server: ServerThread
 ) -> None:

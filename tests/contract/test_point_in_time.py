@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.support.servers import ServerThread, log_end
 
 
@@ -39,6 +41,7 @@ async def test_h3_bad_as_of_is_a_clear_error(face: Any) -> None:
         assert body["ok"] is False and body["error"]
 
 
+@pytest.mark.embedded_only("reads the embedded server's log end")
 async def test_h3_history_offsets_are_the_logs(face: Any, http_server: ServerThread) -> None:
     """The offset history shows for an event is the one ``as_of`` takes: the event's log offset."""
     first = await face.call("store", {"agent_id": "t3", "content": "an offset to check"})

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 
 from memstream.streams.log.kafka import KafkaConfig
 from tests.support.broker import deployment_config, drop_topics, require_broker
+from tests.support.deployment import Deployment
 
 
 @pytest.fixture
@@ -22,11 +22,9 @@ async def cfg(request: pytest.FixtureRequest) -> AsyncIterator[KafkaConfig]:
 
 
 @pytest.fixture
-def deployment(cfg: KafkaConfig) -> Iterator[Any]:
-    """Real worker and router processes of the test's own deployment
-    (``tests.kafka.test_kafka_mode.Deployment``; the test starts what it needs), stopped after it."""
-    from tests.kafka.test_kafka_mode import Deployment
-
+def deployment(cfg: KafkaConfig) -> Iterator[Deployment]:
+    """Real worker and router processes of the test's own deployment (the test starts what it
+    needs), stopped after it."""
     d = Deployment(cfg)
     try:
         yield d

@@ -6,7 +6,6 @@ once the partitions have moved), with nothing acknowledged lost."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -19,69 +18,16 @@ import pytest
 
 from memstream.api.services.settings import Settings
 from memstream.streams.log.kafka import KafkaConfig
-from tests.support.broker import stop_processes
+from tests.support.deployment import Deployment
 from tests.support.faces import HttpFace, McpFace
-from tests.support.servers import ServerThread, free_port
+from tests.support.servers import ServerThread
 
 pytestmark = [pytest.mark.kafka]
 
-PROCS = Path(__file__).resolve().parents[1] / "procs"
 PARTITIONS = 16  # the embedded default, so ids are allocated identically in both modes
 AGENTS = ["ada", "bob", "cy", "dee", "eve", "fay"]
 TOPICS = ["deploy key rotation", "green tea mornings", "billing database", "printer paper jam", "vpn certificate"]
 VOLATILE = {"timestamp", "created_at", "updated_at", "as_of", "elapsed_ms"}
-
-
-class Deployment:
-    """Two workers and one router, all real processes on loopback; stopped at the end."""
-
-    def __init__(self, cfg: KafkaConfig) -> None:
-        self.cfg = cfg
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.workers: list[subprocess.Popen[bytes]] = []
-        self.port = free_port()
-        self.kafka_args = [
-            "--kafka", cfg.bootstrap, "--prefix", cfg.prefix,
-            "--partitions", str(cfg.partitions), "--replication", str(cfg.replication),
-        ]  # fmt: skip
-
-    def worker(self) -> subprocess.Popen[bytes]:
-        args = [sys.executable, str(PROCS / "kafka_worker.py"), *self.kafka_args, "--session-timeout", "6"]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.procs.append(proc)
-        self.workers.append(proc)
-        return proc
-
-    def router(self, **env: str) -> None:
-        """Start the router; ``env``: variables of its own (e.g. ``MEMSTREAM_EXPORT_DIR``)."""
-        args = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", *self.kafka_args]
-        args += ["--port", str(self.port)]
-        environ = {**os.environ, **env} if env else None
-        self.procs.append(subprocess.Popen(args, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def ready(self, timeout_s: float = 90) -> None:
-        """Every partition has an owner, and every worker started here (still running) owns
-        some: workers started together join the group one after the other, and a test should
-        not race the rebalance the later one causes (a re-embed job whose partition moves
-        mid-job fails, as it should)."""
-        async with asyncio.timeout(timeout_s), httpx.AsyncClient() as client:
-            while True:
-                try:
-                    r = await client.get(f"{self.url}/health")
-                    if r.status_code == 200 and r.json()["partitions_with_owner"] == self.cfg.partitions:
-                        workers = sum(w.poll() is None for w in self.workers)
-                        if r.json()["stats"]["workers_answering"] >= min(workers, self.cfg.partitions):
-                            return
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.2)
-
-    def stop(self) -> None:
-        stop_processes(self.procs)
 
 
 def stable(body: Any) -> Any:

@@ -19,8 +19,8 @@ import pytest
 
 from memstream.api.services.settings import Settings
 from memstream.streams.log.sqlite import SqliteLog
-from tests.kafka.test_kafka_mode import Deployment
 from tests.support.answers import PARTITIONS, CommandIds, sharing, stable_without  # noqa: F401  (conftest's cfg reads PARTITIONS)
+from tests.support.deployment import Deployment
 from tests.support.faces import HttpFace, McpFace
 from tests.support.servers import ServerThread
 

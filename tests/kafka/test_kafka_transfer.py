@@ -27,8 +27,8 @@ from memstream.api.services.settings import Settings
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog
 from memstream.streams.log.port import partition_for
 from memstream.streams.log.sqlite import SqliteLog
-from tests.kafka.test_kafka_mode import Deployment
 from tests.support.answers import PARTITIONS, CommandIds, sharing, stable_without
+from tests.support.deployment import Deployment
 from tests.support.faces import HttpFace, McpFace
 from tests.support.servers import ServerThread
 

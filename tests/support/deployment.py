@@ -1,0 +1,157 @@
+"""Kafka deployments for the tests: real `memstream worker` and `memstream serve --kafka`
+processes on loopback against the test broker, and a face that keeps tests apart on a shared one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from memstream.streams.log.kafka import KafkaConfig
+from tests.support.broker import deployment_config, drop_topics, require_broker, stop_processes
+from tests.support.faces import HttpFace, McpFace
+from tests.support.servers import free_port
+
+PROCS = Path(__file__).resolve().parents[1] / "procs"
+AGENT_KEYS = ("agent_id", "target_agent_id", "source_agent_id")
+
+
+class Deployment:
+    """Two workers and one router, all real processes on loopback; stopped at the end."""
+
+    def __init__(self, cfg: KafkaConfig) -> None:
+        self.cfg = cfg
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.port = free_port()
+        self.kafka_args = [
+            "--kafka", cfg.bootstrap, "--prefix", cfg.prefix,
+            "--partitions", str(cfg.partitions), "--replication", str(cfg.replication),
+        ]  # fmt: skip
+
+    def worker(self) -> subprocess.Popen[bytes]:
+        args = [sys.executable, str(PROCS / "kafka_worker.py"), *self.kafka_args, "--session-timeout", "6"]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(proc)
+        self.workers.append(proc)
+        return proc
+
+    def router(self, **env: str) -> None:
+        """Start the router; ``env``: variables of its own (e.g. ``MEMSTREAM_EXPORT_DIR``)."""
+        args = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", *self.kafka_args]
+        args += ["--port", str(self.port)]
+        environ = {**os.environ, **env} if env else None
+        self.procs.append(subprocess.Popen(args, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def ready(self, timeout_s: float = 90) -> None:
+        """Every partition has an owner, and every worker started here (still running) owns
+        some: workers started together join the group one after the other, and a test should
+        not race the rebalance the later one causes (a re-embed job whose partition moves
+        mid-job fails, as it should)."""
+        async with asyncio.timeout(timeout_s), httpx.AsyncClient() as client:
+            while True:
+                try:
+                    r = await client.get(f"{self.url}/health")
+                    if r.status_code == 200 and r.json()["partitions_with_owner"] == self.cfg.partitions:
+                        workers = sum(w.poll() is None for w in self.workers)
+                        if r.json()["stats"]["workers_answering"] >= min(workers, self.cfg.partitions):
+                            return
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.2)
+
+    def stop(self) -> None:
+        stop_processes(self.procs)
+
+
+@contextmanager
+def shared_deployment() -> Iterator[str]:
+    """One deployment (16 partitions, two workers, one router) for many tests; yields the
+    router's URL. Skips (or fails, with MEMSTREAM_REQUIRE_KAFKA=1) when no broker answers."""
+    asyncio.run(require_broker())
+    cfg = deployment_config(16)
+    kafka_args = ["--kafka", cfg.bootstrap, "--prefix", cfg.prefix, "--partitions", "16"]
+    kafka_args += ["--replication", str(cfg.replication)]
+    port = free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(PROCS / "kafka_worker.py"), *kafka_args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    procs.append(
+        subprocess.Popen(
+            [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", *kafka_args,
+             "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    async def ready() -> None:
+        async with asyncio.timeout(120), httpx.AsyncClient() as client:
+            while True:
+                try:
+                    r = await client.get(f"{url}/health")
+                    if r.status_code == 200 and r.json()["partitions_with_owner"] == cfg.partitions:
+                        return
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.2)
+
+    try:
+        asyncio.run(ready())
+        yield url
+    finally:
+        stop_processes(procs)
+        asyncio.run(drop_topics(cfg.prefix))
+
+
+class NamespacedFace:
+    """A face whose agent ids carry a per-test suffix on the way in and lose it on the way out:
+    on a shared deployment, a test written for a fresh server sees a fresh store."""
+
+    def __init__(self, inner: HttpFace | McpFace, suffix: str | None = None) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.suffix = suffix if suffix is not None else f"~{uuid.uuid4().hex[:8]}"
+
+    def _in(self, args: dict[str, Any]) -> dict[str, Any]:
+        out = dict(args)
+        for key in AGENT_KEYS:
+            if isinstance(out.get(key), str) and out[key]:
+                out[key] = out[key] + self.suffix
+        if isinstance(out.get("agent_ids"), list):
+            out["agent_ids"] = [a + self.suffix if isinstance(a, str) else a for a in out["agent_ids"]]
+        return out
+
+    def _out(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(self.suffix, "")
+        if isinstance(value, list):
+            return [self._out(v) for v in value]
+        if isinstance(value, dict):
+            return {self._out(k): self._out(v) for k, v in value.items()}
+        return value
+
+    async def call(self, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = self._out(await self.inner.call(tool, self._in(args or {})))
+        return body
+
+    async def close(self) -> None:
+        await self.inner.close()
