@@ -19,8 +19,8 @@ import zlib
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from memstream.streams.buses.codec import decode_reply, encode_command, encode_refusal
 from memstream.streams.commands import Command
+from memstream.streams.deciders.codec import decode_reply, encode_command, encode_refusal
 from memstream.streams.events import AuditRecord
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics
 from memstream.streams.log.port import Committed, LogUnavailable, partition_for

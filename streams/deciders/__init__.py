@@ -1,1 +1,1 @@
-"""Deciders: the step that turns commands into events, and the Kafka worker that runs it."""
+"""Deciders: the decision step, and the Kafka worker's decider, its faust app and the commands-topic codec."""

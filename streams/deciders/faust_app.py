@@ -1,6 +1,6 @@
-"""The faust app of a ``memstream worker``: the decider as a faust agent, and the hooks the
-worker's read side (``api/kafka/worker/app.py``) uses to follow the partitions it is given and to
-fold, in the agent's step, the events the agent appends.
+"""The Kafka worker's write side: the faust app of a ``memstream worker``, which runs the decider
+as a faust agent, with the hooks the worker's read side (``api/kafka/worker/app.py``) uses to
+follow the partitions it is given and to fold, in the agent's step, the events the agent appends.
 
 Workers of one deployment form one consumer group on the commands topic and split its
 partitions; faust rebalances them when a worker joins, leaves or dies (after the session

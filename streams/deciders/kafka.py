@@ -43,8 +43,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from memstream.streams.buses.codec import CodecError, decode_item, encode_reply
 from memstream.streams.commands import Command
+from memstream.streams.deciders.codec import CodecError, decode_item, encode_reply
 from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
 from memstream.streams.decision.limits import Limits
 from memstream.streams.decision.state import DecisionState

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from memstream.streams.buses.codec import encode_command
+from memstream.streams.deciders.codec import encode_command
 from memstream.streams.deciders.kafka import Incoming, KafkaDecider, NotOwned, fold_partition
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
 from memstream.streams.log.port import partition_for
