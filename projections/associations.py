@@ -1,7 +1,7 @@
 """The association graph read model: entities, aliases, mentions and relations (A1, A8).
 
 A fold of ``associations.declared`` / ``associations.retracted`` events (whose payloads the
-decider has fully resolved, see ``streams/associations.py``) and of record deletions, which take
+decider has fully resolved, see ``streams/decision/associations/``) and of record deletions, which take
 the declarations naming the deleted record with them. It keeps both directions of every edge
 (entity → relations, record → relations, entity ↔ records) so that traverse and the reconstruct
 walk read neighbourhoods without scanning.

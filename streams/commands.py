@@ -124,7 +124,7 @@ class ReembedMemory(Command):
     memory_id: int
     kind: Literal["mem", "ep"] = "mem"
     embedding: Embedding
-    # Hex digest (``decision.content_key``) of the text that was embedded, for memories: the
+    # Hex digest (``decision.keys.content_key``) of the text that was embedded, for memories: the
     # decider refuses the vector if the memory's text changed since.
     content_key: str | None = None
 

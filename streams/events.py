@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import numpy as np
 import orjson
@@ -37,7 +37,7 @@ EventType = Literal[
     "agent_data.deleted",
 ]
 
-EVENT_TYPES: Final[frozenset[str]] = frozenset(EventType.__args__)  # type: ignore[attr-defined]
+EVENT_TYPES: Final[frozenset[str]] = frozenset(get_args(EventType))
 
 
 class _Frozen(BaseModel):
@@ -172,6 +172,8 @@ def parse_ref(ref: str | int) -> tuple[Literal["mem", "ep"], int]:
     kind, sep, rest = str(ref).partition(":")
     if not sep:
         kind, rest = "mem", str(ref)
-    if kind not in ("mem", "ep") or not rest.isdigit():
-        raise ValueError(f"not a ref: {ref!r} (expected mem:<id> or ep:<id>)")
-    return kind, int(rest)  # type: ignore[return-value]
+    if kind == "mem" and rest.isdigit():
+        return "mem", int(rest)
+    if kind == "ep" and rest.isdigit():
+        return "ep", int(rest)
+    raise ValueError(f"not a ref: {ref!r} (expected mem:<id> or ep:<id>)")

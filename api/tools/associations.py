@@ -1,7 +1,7 @@
 """``declare_associations``, ``traverse`` and ``reconstruct``: CPersona 2.6's arguments and
 response shapes (A1–A5, A8).
 
-Declarations are decided by the pure decider (``streams/associations.py``) and folded into the
+Declarations are decided by the pure decider (``streams/decision/associations/``) and folded into the
 association graph (``projections/associations.py``); ``store(associations=…)`` runs the same
 declaration anchored on the stored record. Reads compose pure functions over the projections
 under the engine's read lock; the decisions themselves live in ``api/query/reconstruct/core.py``.

@@ -7,6 +7,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -226,3 +227,35 @@ def test_a_refusal_delivered_twice_is_recorded_once() -> None:
     other = record.model_copy(update={"command_id": "denied-2", "id": "r2"})
     decide_and_fold(state, other, Limits(), events, audits)
     assert len(audits) == 2  # another refusal is recorded
+
+
+def test_memos_keep_their_snapshot_layout() -> None:
+    """Snapshots store each memo positionally, as the tuples memos once were: that layout must
+    not change (old checkpoints load, digests stay comparable), and it must load back to the
+    same memo with the same outcome."""
+    from memstream.streams.decision.memo import memo_from_json, memo_of_event, memo_to_json, outcome_of_memo
+
+    report = {"entities": [], "mentions": 0, "relations": [], "dropped": []}
+    cases: list[tuple[str, dict[str, Any], list[Any]]] = [
+        ("memory.stored", {"id": 9, "embedding": {"model": "m1"}, "locked": True}, ["memory.stored", 9, True, True]),
+        ("memory.stored", {"id": 5, "embedding": None}, ["memory.stored", 5, False, False]),
+        ("memory.locked", {"id": 5, "skipped": "duplicate content"}, ["memory.locked", 5, "duplicate content"]),
+        ("memory.locked", {"id": 5}, ["memory.locked", 5]),
+        ("memory.deleted", {"id": 5}, ["memory.deleted", 5]),
+        ("profile.updated", {"content": "p"}, ["profile.updated", None]),
+        (
+            "agent_data.deleted",
+            {"memory_ids": [1, 5], "episode_ids": [2], "profile": True, "kept_locked": []},
+            ["agent_data.deleted", None, [2, 1, 1, 0]],
+        ),
+        ("associations.declared", {"report": report}, ["associations.declared", None, report]),
+        ("associations.retracted", {"report": report}, ["associations.retracted", None, report]),
+    ]
+    for t, payload, layout in cases:
+        memo = memo_of_event(t, payload)
+        assert memo_to_json(memo) == layout
+        loaded = memo_from_json(orjson.loads(orjson.dumps(layout)))
+        assert loaded == memo and type(loaded) is type(memo)
+        assert outcome_of_memo(loaded) == outcome_of_memo(memo)
+    audited = {"result": "rejected", "reason": "memory 3 not found", "error": "not_found"}
+    assert memo_to_json(audited) == audited and memo_from_json(audited) == audited
