@@ -45,3 +45,18 @@ def head_within(text: str, max_tokens: int) -> tuple[str, int]:
     # Word-by-word counts add up to the whole's count (WordPiece splits at whitespace first),
     # but recount the joined text so the figure reported is exactly the text's.
     return head, count_tokens(head)
+
+
+class WordPieceTokens:
+    """The token counter budgets take (``TokenCounter`` of api/query/context/package.py)."""
+
+    name: Final = TOKENIZER
+
+    def count(self, text: str) -> int:
+        return count_tokens(text)
+
+    def head_within(self, text: str, max_tokens: int) -> tuple[str, int]:
+        return head_within(text, max_tokens)
+
+
+WORDPIECE: Final = WordPieceTokens()

@@ -18,7 +18,7 @@ from memstream.api.query.context.packet import Hit, Recalled, judge, superseded_
 from memstream.api.query.recall.gate import GateConfig, keyed_signal
 from memstream.api.query.recall.pipeline import RecallRequest, RecallResult, row_of, run_recall
 from memstream.api.services.engine import mark_failure
-from memstream.api.services.tokens import TOKENIZER
+from memstream.api.services.tokens import TOKENIZER, WORDPIECE
 from memstream.api.tools.common import Flag, Id, Name, envelope
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.writes import MemoryIdArgs, memory_owner
@@ -97,7 +97,7 @@ async def context_package(engine: Any, caller: Caller, args: ContextPackageArgs)
         return out
 
     sources: list[Source] = await _recall(engine, scope, args.query.strip(), args.limit, args.deep, facts)
-    body = build_package(sources, budget, engine.settings.context_line_tokens)
+    body = build_package(sources, budget, engine.settings.context_line_tokens, WORDPIECE)
     return {"query": args.query, **body, "tokenizer": TOKENIZER}
 
 
@@ -113,7 +113,7 @@ async def _refill(engine: Any, args: ContextPackageArgs, budget: int) -> dict[st
     if row is None or row.agent_id != args.agent_id:
         mark_failure("not_found")
         return {"ok": False, "error": f"anchor {ref} not found for agent {args.agent_id}"}
-    return {**expand(source_of(ref, _text_of(ref, row)), budget), "tokenizer": TOKENIZER}
+    return {**expand(source_of(ref, _text_of(ref, row)), budget, WORDPIECE), "tokenizer": TOKENIZER}
 
 
 # -- context_packet (A7) ----------------------------------------------------------------------

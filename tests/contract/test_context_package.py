@@ -10,7 +10,7 @@ import pytest
 
 from memstream.api.query.context.package import build_package, expand, source_of
 from memstream.api.services.embedding.onnx_backend import bert_uncased_tokenizer
-from memstream.api.services.tokens import count_tokens, head_within
+from memstream.api.services.tokens import WORDPIECE, count_tokens, head_within
 from tests.contract.test_contract_recall import corpus
 from tests.support.servers import ServerThread
 
@@ -64,7 +64,7 @@ def test_head_within_is_a_word_prefix_within_the_limit(limit: int) -> None:
 @pytest.mark.parametrize("budget", [16, 24, 40, 75, 200, 5000])
 def test_package_stays_within_budget(budget: int) -> None:
     sources = [source_of(f"mem:{i}", t) for i, t in enumerate(corpus(12))] + [source_of("ep:99", "an episode")]
-    body = build_package(sources, budget, line_tokens=12)
+    body = build_package(sources, budget, line_tokens=12, tokens=WORDPIECE)
     check_budget(body, budget)
     assert len(body["summary"]) == len(body["anchors"])
     for line, anchor in zip(body["summary"], body["anchors"], strict=True):
@@ -75,7 +75,7 @@ def test_package_stays_within_budget(budget: int) -> None:
 
 
 def test_layers_and_types() -> None:
-    body = build_package([source_of("mem:1", "a memory"), source_of("ep:2", "an episode")], 500, 48)
+    body = build_package([source_of("mem:1", "a memory"), source_of("ep:2", "an episode")], 500, 48, WORDPIECE)
     assert body["anchors"] == [{"id": "mem:1", "type": "memory", "layer": "L1"},
                                {"id": "ep:2", "type": "episode", "layer": "L3"}]  # fmt: skip
 
@@ -83,12 +83,12 @@ def test_layers_and_types() -> None:
 def test_expand_is_exactly_one_anchor_whole_or_cut_at_the_budget() -> None:
     text = " ".join(corpus(8))
     src = source_of("mem:5", text)
-    whole = expand(src, 5000)
+    whole = expand(src, 5000, WORDPIECE)
     assert whole["anchors"] == [{"id": "mem:5", "type": "memory", "layer": "L1"}]
     assert whole["summary"] == [text] and whole["truncated"] is False
     check_budget(whole, 5000)
     assert whole["tokenBudget"]["estimatedRawTokens"] == count_tokens(text)
-    cut = expand(src, 30)
+    cut = expand(src, 30, WORDPIECE)
     check_budget(cut, 30)
     assert cut["truncated"] is True and text.startswith(cut["summary"][0])
 

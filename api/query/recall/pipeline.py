@@ -15,7 +15,7 @@ import numpy as np
 
 from memstream.api.query.recall import fusion
 from memstream.api.query.recall.gate import GateConfig, apply_gate, autocut, confidence_of, episode_factor, keyed_signal
-from memstream.api.services.settings import Settings
+from memstream.api.query.recall.options import RecallSettings
 from memstream.projections.scope import ScopeFilter
 from memstream.streams.events import parse_time
 
@@ -102,7 +102,7 @@ def recent_rows(engine: Any, req: RecallRequest) -> list[str]:
 
 def run_recall(
     engine: Any,
-    settings: Settings,
+    settings: RecallSettings,
     req: RecallRequest,
     query_vec: np.ndarray | None,
     model: str | None,
@@ -223,7 +223,9 @@ def run_recall(
     return RecallResult(passed[: req.limit], profile, gate_fallback, lists, passed)
 
 
-def _apply_episode_prior(engine: Any, settings: Settings, scope: ScopeFilter, cands: list[fusion.Candidate]) -> bool:
+def _apply_episode_prior(
+    engine: Any, settings: RecallSettings, scope: ScopeFilter, cands: list[fusion.Candidate]
+) -> bool:
     """Scale memories older than the latest episode in the same scope (R7). True if any was."""
     boundary = None
     for ep in engine.episodes.of_agent(scope.agent_id):
