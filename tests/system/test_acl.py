@@ -19,9 +19,6 @@ import pytest
 
 from memstream.api.services.acl import (
     ADMIN,
-    READ,
-    WILDCARD,
-    WRITE,
     AclConfigError,
     Demand,
     effective_permission,
@@ -30,7 +27,7 @@ from memstream.api.services.acl import (
 from memstream.api.services.engine import Engine
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import dispatch
-from memstream.api.tools.registry import REGISTRY, Caller
+from memstream.api.tools.registry import Caller
 from tests.support.embedders import HashEmbedder
 from tests.support.servers import ServerThread, free_port, log_end
 
@@ -258,24 +255,6 @@ def test_malformed_files_are_refused(tmp_path: Path, case: str) -> None:
 def test_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(AclConfigError, match="unreadable"):
         load_acl(tmp_path / "nope.json")
-
-
-def test_exact_grant_beats_wildcard_and_sweeps_take_the_weakest() -> None:
-    grants = {"*": READ, "alice": 0, "bob": WRITE}
-    assert effective_permission(grants, "alice") == 0  # exact none beats wildcard read
-    assert effective_permission(grants, "bob") == WRITE  # exact read-write beats wildcard read
-    assert effective_permission(grants, "carol") == READ
-    assert effective_permission(grants, WILDCARD) == 0  # a sweep includes alice
-    assert effective_permission({"alice": WRITE, "bob": WRITE}, WILDCARD) == 0  # names never add up to *
-    assert effective_permission({"*": WRITE}, WILDCARD) == WRITE
-
-
-def test_every_tool_is_classified() -> None:
-    """A tool nobody classified is admin-only (fail closed); this names it so it gets a rule."""
-    from memstream.api.services.acl import classified
-
-    assert sorted(n for n in REGISTRY if not classified(n)) == []
-    assert REGISTRY["delete_agent_data"].admin and REGISTRY["reembed"].admin
 
 
 # -- the matrix -------------------------------------------------------------------------------------

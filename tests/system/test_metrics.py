@@ -148,27 +148,6 @@ async def test_json_call_logs_carry_the_fields_and_no_content(engine: Engine, js
     assert calls[2]["error_code"] == "not_found"
 
 
-def test_text_format_stays_quiet_per_call() -> None:
-    from memstream.api.services.logs import CALLS, configure
-
-    root = logging.getLogger()
-    saved = (list(root.handlers), root.level, CALLS.level)
-    for h in saved[0]:
-        root.removeHandler(h)
-    try:
-        configure("INFO", fmt="text", stream=io.StringIO())
-        assert not CALLS.isEnabledFor(logging.INFO)
-        with pytest.raises(ValueError, match="MEMSTREAM_LOG_FORMAT"):
-            configure("INFO", fmt="xml")
-    finally:
-        for h in list(root.handlers):
-            root.removeHandler(h)
-        for h in saved[0]:
-            root.addHandler(h)
-        root.setLevel(saved[1])
-        CALLS.setLevel(saved[2])
-
-
 async def test_health_verdicts(tmp_path: Any) -> None:
     settings = load_settings(env={}, data_dir=tmp_path / "h", sync="NORMAL", snapshot_every=5)
     eng = Engine(settings, embedder=HashEmbedder())
