@@ -7,6 +7,8 @@ BIN="${VENV:-.venv}/bin"
 
 "$BIN/ruff" check .
 "$BIN/mypy" streams projections api
+# The dependency rules (pyproject.toml [tool.importlinter]): layers, and no import cycles.
+"$BIN/lint-imports" --no-cache
 
 # Headless Chromium for the audit page's browser test (skips without it unless
 # MEMSTREAM_REQUIRE_BROWSER is set).
