@@ -113,14 +113,14 @@ def memo_of_event(t: str, p: dict[str, Any]) -> EventMemo:
 
     The fold builds one memo per event, so memos are made with ``tuple.__new__`` directly, which
     skips the Python-level ``__new__`` a NamedTuple has (half of a memo's cost)."""
-    if t == _STORED:
+    if t == "memory.stored":
         return _new(StoredMemo, (p["id"], p.get("embedding") is not None, bool(p.get("locked"))))
-    if t == _AGENT_DELETED:
+    if t == "agent_data.deleted":
         counts = (len(p["memory_ids"]), len(p["episode_ids"]), 1 if p["profile"] else 0, len(p["kept_locked"]))
         return _new(AgentDeletedMemo, counts)
-    if t == _LOCKED and p.get("skipped"):
+    if t == "memory.locked" and p.get("skipped"):
         return _new(LockSkipMemo, (p["id"], p["skipped"]))
-    if t in _ASSOCIATIONS:
+    if t == "associations.declared" or t == "associations.retracted":
         return _new(AssociationsMemo, (t, p["report"]))
     return _new(AppliedMemo, (t, p.get("id")))
 
