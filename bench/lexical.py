@@ -60,7 +60,7 @@ import orjson
 from corpora import wordnet_synsets
 
 from memstream.projections.lexical import LexicalProjection
-from memstream.projections.lexical_text import query_tokens
+from memstream.projections.lexical.text import query_tokens
 from memstream.projections.scope import ScopeFilter
 
 WORDNET_DIR = Path(os.environ.get("WORDNET_DIR", "/usr/share/wordnet"))

@@ -250,7 +250,7 @@ async def http_runs(embedders: list[str], clients: list[int], stores: int, syncs
 def rebuild_rates(events: int) -> dict[str, Any]:
     """Write ``events`` realistic memory.stored events (with 384-d vectors) through the bus, then
     fold them from offset 0: the decision state alone, and history + read models."""
-    from memstream.api.services.engine import read_models
+    from memstream.projections.catalog import factories
     from memstream.projections.history import HistoryProjection
     from memstream.projections.runner import ProjectionRunner
     from memstream.streams import commands as c
@@ -318,7 +318,7 @@ def rebuild_rates(events: int) -> dict[str, Any]:
         decision_s = time.perf_counter() - t
 
         t = time.perf_counter()
-        runner = ProjectionRunner(log, read_models())
+        runner = ProjectionRunner(log, factories())
         runner.catch_up()
         models_s = time.perf_counter() - t
         log.close()

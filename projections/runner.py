@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -38,26 +38,64 @@ class Projection(Protocol):
     def load_snapshot(self, body: dict[str, Any]) -> None: ...
 
 
+P = TypeVar("P", bound=Projection)
+P_co = TypeVar("P_co", bound=Projection, covariant=True)
+# Makes a fresh, empty projection, with whatever constructor arguments it needs.
+ProjectionFactory = Callable[[], Projection]
+
+
+class Named(Protocol[P_co]):
+    """A read model's name and type: the key of the runner's typed lookup (see projections/catalog.py)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> type[P_co]: ...
+
+
 def digest_of(projection: Projection) -> str:
     return hashlib.sha256(orjson.dumps(projection.to_snapshot(), option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 ProgressFn = Callable[[int, int], None]
 
+
 class ProjectionRunner:
+    """Folds the projections its factories make; a projection whose checkpoint cannot be
+    loaded is replaced by a fresh one from the same factory."""
+
     def __init__(
         self,
         log: EventLog,
-        projections: Sequence[Projection],
+        factories: Iterable[ProjectionFactory],
         snapshots: SnapshotStore | None = None,
         *,
         checkpoint_every: int = 100_000,
     ) -> None:
         self.log = log
-        self.projections = list(projections)
+        self.projections: list[Projection] = []
+        self._factories: dict[str, ProjectionFactory] = {}
+        for make in factories:
+            p = make()
+            self.projections.append(p)
+            self._factories[p.name] = make
+        self._by_name = {p.name: p for p in self.projections}
         self.snapshots = snapshots
         self.checkpoint_every = checkpoint_every
         self._since_checkpoint = 0
+
+    @classmethod
+    def over(cls, log: EventLog, projections: Sequence[Projection]) -> ProjectionRunner:
+        """A runner folding the given projections, without checkpoints (so nothing to rebuild)."""
+        return cls(log, [_given(p) for p in projections])
+
+    def get(self, model: Named[P]) -> P:
+        """The projection named ``model.name``, checked to be a ``model.kind``."""
+        p = self._by_name[model.name]
+        if not isinstance(p, model.kind):
+            raise TypeError(f"read model {model.name!r} is a {type(p).__name__}, not a {model.kind.__name__}")
+        return p
 
     @property
     def offset(self) -> int:
@@ -79,7 +117,8 @@ class ProjectionRunner:
                 p.offset = body["offset"]
             except Exception as exc:
                 log.warning("checkpoint of %s is unusable (%s); rebuilding it from the log", p.name, exc)
-                self.projections[i] = type(p)()
+                fresh = self._factories[p.name]()
+                self.projections[i] = self._by_name[p.name] = fresh
 
     def checkpoint(self) -> None:
         if self.snapshots is not None:
@@ -130,6 +169,10 @@ class ProjectionRunner:
         return {p.name: digest_of(p) for p in self.projections}
 
 
+def _given(projection: Projection) -> ProjectionFactory:
+    return lambda: projection
+
+
 def replay(
     log: EventLog,
     factories: Iterable[Callable[[], Projection]],
@@ -137,6 +180,6 @@ def replay(
     progress: ProgressFn | None = None,
 ) -> ProjectionRunner:
     """Fresh projections folded from offset 0 (to ``stop``): the rebuild, with no snapshot."""
-    runner = ProjectionRunner(log, [make() for make in factories], snapshots=None)
+    runner = ProjectionRunner(log, factories, snapshots=None)
     runner.catch_up(stop, progress=progress)
     return runner

@@ -161,6 +161,7 @@ def mcp(data_dir: Path | None, bootstrap: str | None, prefix: str, partitions: i
 def history(data_dir: Path | None, ref: str | None, agent: str | None, limit: int) -> None:
     """Print the history of a memory (mem:<id> / ep:<id>) or an agent, oldest first, as JSON lines."""
     from memstream.api.tools.views import history_entry
+    from memstream.projections.catalog import HISTORY
     from memstream.projections.history import HistoryProjection
     from memstream.projections.runner import ProjectionRunner
     from memstream.streams.log.sqlite import SqliteLog
@@ -174,11 +175,10 @@ def history(data_dir: Path | None, ref: str | None, agent: str | None, limit: in
         if agent is not None:
             records = log.read(0, agent_id=agent, limit=limit)
         else:
-            proj = HistoryProjection()
-            runner = ProjectionRunner(log, [proj], SnapshotStore(settings.snapshot_dir))
+            runner = ProjectionRunner(log, [HistoryProjection], SnapshotStore(settings.snapshot_dir))
             runner.restore()
             runner.catch_up()
-            records = log.read_offsets(proj.of(str(ref))[:limit])
+            records = log.read_offsets(runner.get(HISTORY).of(str(ref))[:limit])
         for rec in records:
             click.echo(orjson.dumps(history_entry(rec)).decode())
     finally:

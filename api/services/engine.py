@@ -22,6 +22,20 @@ from memstream.api.services.metrics import Metrics
 from memstream.api.services.point_in_time import PointInTime, View
 from memstream.api.services.settings import Settings
 from memstream.projections.associations import AssociationsProjection
+from memstream.projections.catalog import (
+    ASSOCIATIONS,
+    EPISODES,
+    HISTORY,
+    LEXICAL,
+    MEMORIES,
+    PRECISION,
+    PROFILES,
+    STANDINGS,
+    VECTORS,
+    VERSIONS,
+    factories,
+    read_models,
+)
 from memstream.projections.history import HistoryProjection
 from memstream.projections.lexical import LexicalProjection
 from memstream.projections.precision import PrecisionProjection
@@ -54,23 +68,6 @@ def mark_failure(code: str) -> None:
     FAILURE_CODE.set(code)
 
 
-def read_models(snapshots: SnapshotStore | None = None) -> list[Any]:
-    """Fresh instances of every read model this engine serves, in a fixed order. ``snapshots``
-    is where read models with binary state (vectors) keep their sidecar files."""
-    return [
-        MemoriesProjection(),
-        EpisodesProjection(),
-        ProfilesProjection(),
-        HistoryProjection(),
-        PrecisionProjection(),
-        VectorProjection(blobs=snapshots),
-        LexicalProjection(),
-        AssociationsProjection(),
-        StandingsProjection(),
-        VersionsProjection(),
-    ]
-
-
 # A provider of "these refs are superseded by those": (agent_id, refs) -> {ref: [newer refs]}.
 SupersededProvider = Callable[[str, Sequence[str]], Mapping[str, Sequence[str]]]
 
@@ -100,7 +97,7 @@ class Engine:
             snapshot_every=settings.snapshot_every,
         )
         self.runner = ProjectionRunner(
-            self.log, read_models(self.snapshots), self.snapshots, checkpoint_every=settings.snapshot_every
+            self.log, factories(self.snapshots), self.snapshots, checkpoint_every=settings.snapshot_every
         )
         self.embedders = Embedders(settings, embedder, embedders)
         self.point_in_time = PointInTime(self, lambda: read_models(None))
@@ -113,47 +110,43 @@ class Engine:
         self.acl: AclConfig | None = None
         self._started = False
 
-    # The read models, by position in ``read_models()``. Read through the runner, which may
+    # The read models, by name (projections/catalog.py). Read through the runner, which may
     # replace one whose checkpoint could not be loaded.
     @property
     def memories(self) -> MemoriesProjection:
-        return self.runner.projections[0]  # type: ignore[return-value]
+        return self.runner.get(MEMORIES)
 
     @property
     def episodes(self) -> EpisodesProjection:
-        return self.runner.projections[1]  # type: ignore[return-value]
+        return self.runner.get(EPISODES)
 
     @property
     def profiles(self) -> ProfilesProjection:
-        return self.runner.projections[2]  # type: ignore[return-value]
+        return self.runner.get(PROFILES)
 
     @property
     def history(self) -> HistoryProjection:
-        return self.runner.projections[3]  # type: ignore[return-value]
+        return self.runner.get(HISTORY)
 
     @property
     def precision(self) -> PrecisionProjection:
-        return self.runner.projections[4]  # type: ignore[return-value]
+        return self.runner.get(PRECISION)
 
     @property
     def vectors(self) -> VectorProjection:
-        return self.runner.projections[5]  # type: ignore[return-value]
+        return self.runner.get(VECTORS)
 
     @property
     def lexical(self) -> LexicalProjection:
-        return self.runner.projections[6]  # type: ignore[return-value]
-
-    def _named(self, name: str) -> Any:
-        """A read model by name: later additions are found without depending on list positions."""
-        return next(p for p in self.runner.projections if p.name == name)
+        return self.runner.get(LEXICAL)
 
     @property
     def standings(self) -> StandingsProjection:
-        return self._named("standings")  # type: ignore[no-any-return]
+        return self.runner.get(STANDINGS)
 
     @property
     def versions(self) -> VersionsProjection:
-        return self._named("versions")  # type: ignore[no-any-return]
+        return self.runner.get(VERSIONS)
 
     def superseded_providers(self) -> list[SupersededProvider]:
         """Every source of "this record is superseded by that one" a packet consults
@@ -163,7 +156,7 @@ class Engine:
 
     @property
     def associations(self) -> AssociationsProjection:
-        return self._named("associations")  # type: ignore[no-any-return]
+        return self.runner.get(ASSOCIATIONS)
 
     @property
     def embedder(self) -> Embedder:

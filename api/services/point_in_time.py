@@ -98,7 +98,7 @@ class PointInTime:
             return view
 
     def _build(self, stop: int) -> View:
-        runner = ProjectionRunner(self.engine.log, self.read_models(), snapshots=None)
+        runner = ProjectionRunner.over(self.engine.log, self.read_models())
         self.engine.fold("point-in-time", runner, stop)
         return View(self.engine, runner, stop)
 

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memstream.api.services.engine import read_models
 from memstream.api.services.settings import Settings
+from memstream.projections.catalog import factories
 from memstream.projections.runner import ProjectionRunner
 from memstream.streams.buses.embedded import DECISION_SNAPSHOT, catch_up_decision_state, load_decision_state
 from memstream.streams.decision.state import DecisionState
@@ -30,7 +30,7 @@ def rebuild_all(
     try:
         end = log.end_offset() if stop is None else min(stop, log.end_offset())
         started = time.perf_counter()
-        fresh = ProjectionRunner(log, read_models(snapshots), snapshots=None)
+        fresh = ProjectionRunner(log, factories(snapshots), snapshots=None)
         fresh.catch_up(end, progress=(lambda done, total: progress("read models", done, total)) if progress else None)
         decision = DecisionState(log.num_partitions)
         if stop is None:
@@ -46,7 +46,7 @@ def rebuild_all(
         rebuilt = fresh.digests()
         if stop is None:
             rebuilt["decision"] = decision.digest()
-            live_runner = ProjectionRunner(log, read_models(snapshots), snapshots)
+            live_runner = ProjectionRunner(log, factories(snapshots), snapshots)
             live_runner.restore()
             live_runner.catch_up()
             live = live_runner.digests()

@@ -214,7 +214,8 @@ async def test_new_read_models_rebuild_equal_live(settings: Settings, name: str)
     await call(engine, "verify_memory", agent_id="rb", memory_id=ids[2])
     await call(engine, "delete_memory", agent_id="rb", memory_id=ids[3])
     live = await engine.read(lambda: engine.runner.digests())
-    snapshot = await engine.read(lambda: engine._named(name).to_snapshot())
+    model = next(p for p in engine.runner.projections if p.name == name)
+    snapshot = await engine.read(lambda: model.to_snapshot())
     await engine.close()
     assert snapshot["rows"], "the workload must leave state to compare"
 
@@ -222,7 +223,7 @@ async def test_new_read_models_rebuild_equal_live(settings: Settings, name: str)
     assert report["equal"], report
     assert report["projections"][name]["rebuilt"] == live[name]
     # A snapshot round-trip is the same state too.
-    fresh = StandingsProjection() if name == "standings" else type(engine._named(name))()
+    fresh = StandingsProjection() if name == "standings" else type(model)()
     fresh.load_snapshot(snapshot)
     assert fresh.to_snapshot() == snapshot
     from memstream.streams.log.sqlite import SqliteLog

@@ -13,9 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memstream.api.services.engine import Engine
-from memstream.projections import lexical as lexmod
-from memstream.projections.lexical import LexicalProjection
-from memstream.projections.lexical_text import keyword_terms, normalize, query_tokens, tokens
+from memstream.projections.lexical import LexicalProjection, pruning
+from memstream.projections.lexical import bm25 as bm25mod
+from memstream.projections.lexical import index as indexmod
+from memstream.projections.lexical import words as wordsmod
+from memstream.projections.lexical.text import keyword_terms, normalize, query_tokens, tokens
 from memstream.projections.runner import ProjectionRunner, digest_of, replay
 from memstream.projections.scope import ScopeFilter
 from memstream.streams.events import Event
@@ -419,14 +421,14 @@ def _zipf_queries(rng: random.Random, n: int) -> list[str]:
 def test_pruned_bm25_equals_the_exhaustive_ranking_to_the_last_bit(
     seed: int, tables: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MaxScore pruning (``_pruned_top``) is exact: same rows, same order, bit-equal scores and
+    """MaxScore pruning (``pruning.pruned_top``) is exact: same rows, same order, bit-equal scores and
     shares, under scopes, for every k; with common terms read by binary search or from their
     per-slot tables, and those tables kept right through later stores, updates, deletes,
     growth and compaction."""
-    monkeypatch.setattr(lexmod, "PRUNE_MIN_POSTINGS", 0)
-    monkeypatch.setattr(lexmod, "PRUNE_FIRST_CANDIDATES", 64)
-    monkeypatch.setattr(lexmod, "DENSE_MIN_ROWS", 0 if tables else 10**12)
-    monkeypatch.setattr(lexmod, "COMPACT_MIN_DEAD", 200)
+    monkeypatch.setattr(bm25mod, "PRUNE_MIN_POSTINGS", 0)
+    monkeypatch.setattr(pruning, "PRUNE_FIRST_CANDIDATES", 64)
+    monkeypatch.setattr(pruning, "DENSE_MIN_ROWS", 0 if tables else 10**12)
+    monkeypatch.setattr(indexmod, "COMPACT_MIN_DEAD", 200)
     rng = random.Random(seed)
     p = fold(*_zipf_events(rng, 1, 3000))
     pruned = 0
@@ -434,8 +436,7 @@ def test_pruned_bm25_equals_the_exhaustive_ranking_to_the_last_bit(
 
     def check(queries: list[str]) -> None:
         nonlocal pruned
-        idx = p.agents["a"]
-        real = idx._pruned_top
+        real = pruning.pruned_top
         answered: list[bool] = []
 
         def counting(*args: Any) -> Any:
@@ -447,10 +448,10 @@ def test_pruned_bm25_equals_the_exhaustive_ranking_to_the_last_bit(
             scope = scopes[n % len(scopes)]
             for k in (1, 10, 40):
                 with monkeypatch.context() as m:
-                    m.setattr(lexmod, "PRUNE_MIN_POSTINGS", 10**12)
+                    m.setattr(bm25mod, "PRUNE_MIN_POSTINGS", 10**12)
                     want = p.search_shares(scope, q, k)
                 with monkeypatch.context() as m:
-                    m.setattr(idx, "_pruned_top", counting)
+                    m.setattr(pruning, "pruned_top", counting)
                     got = p.search_shares(scope, q, k)
                 assert got == want, (q, k, scope)
         pruned += sum(answered)
@@ -512,7 +513,7 @@ def test_snapshot_round_trip_is_canonical() -> None:
 def test_rebuild_from_log_equals_live() -> None:
     log = Log()
     live = LexicalProjection()
-    runner = ProjectionRunner(log, [live])  # type: ignore[arg-type]
+    runner = ProjectionRunner.over(log, [live])  # type: ignore[arg-type]
     for ev in sample_events():
         log.append(ev)
         runner.catch_up()  # folded event by event, read in between (read-your-writes)
@@ -546,8 +547,8 @@ def test_a_create_applied_twice_changes_nothing() -> None:
 
 
 def test_compaction_keeps_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lexmod, "COMPACT_MIN_DEAD", 4)
-    monkeypatch.setattr(lexmod._WordIndex, "MERGE_MIN", 3)
+    monkeypatch.setattr(indexmod, "COMPACT_MIN_DEAD", 4)
+    monkeypatch.setattr(wordsmod.WordIndex, "MERGE_MIN", 3)
     p = fold(*(stored(i, f"row {i} about topic{i % 3} and 0xab{i:02x}") for i in range(1, 11)))
     before_snap = p.to_snapshot()
     before = [(p.search(A, f"topic{j}", 20), p.keyword(A, f"0xab0{j}", 20)) for j in range(3)]
@@ -582,7 +583,7 @@ def test_token_share_is_the_matched_idf_mass_and_ignores_length_and_unknown_term
 
 
 def test_token_share_survives_update_delete_and_compaction(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lexmod, "COMPACT_MIN_DEAD", 2)
+    monkeypatch.setattr(indexmod, "COMPACT_MIN_DEAD", 2)
     p = fold(*(stored(i, f"row{i} shared text") for i in range(1, 7)))
     fold(updated(2, "row2 shared text plus rare"), deleted(1), deleted(3), deleted(4), proj=p)
     assert p.agents["a"].n < 8  # compacted: slots renumbered
@@ -763,9 +764,9 @@ def test_a_long_random_history_replays_to_the_same_digest_and_answers() -> None:
 def check_history(events: list[dict], read_every: int) -> None:
     # Live: folded one event at a time, with reads in between; tiny thresholds so compaction and
     # the keyword postings merge happen inside short histories too.
-    old = lexmod.COMPACT_MIN_DEAD, lexmod._WordIndex.MERGE_MIN, lexmod._AgentIndex.REBUILD_MIN_WORDS
-    lexmod.COMPACT_MIN_DEAD, lexmod._WordIndex.MERGE_MIN = 2, 2
-    lexmod._AgentIndex.REBUILD_MIN_WORDS = 0 if read_every % 2 else 1024  # both compaction paths
+    old = indexmod.COMPACT_MIN_DEAD, wordsmod.WordIndex.MERGE_MIN, indexmod.AgentIndex.REBUILD_MIN_WORDS
+    indexmod.COMPACT_MIN_DEAD, wordsmod.WordIndex.MERGE_MIN = 2, 2
+    indexmod.AgentIndex.REBUILD_MIN_WORDS = 0 if read_every % 2 else 1024  # both compaction paths
     try:
         live = LexicalProjection()
         for i, ev in enumerate(events):
@@ -774,7 +775,7 @@ def check_history(events: list[dict], read_every: int) -> None:
                 live.search(PROP_SCOPES[i % len(PROP_SCOPES)], PROP_QUERIES[i % len(PROP_QUERIES)], 3)
                 live.keyword(PROP_SCOPES[i % len(PROP_SCOPES)], PROP_QUERIES[i % len(PROP_QUERIES)], 3)
     finally:
-        lexmod.COMPACT_MIN_DEAD, lexmod._WordIndex.MERGE_MIN, lexmod._AgentIndex.REBUILD_MIN_WORDS = old
+        indexmod.COMPACT_MIN_DEAD, wordsmod.WordIndex.MERGE_MIN, indexmod.AgentIndex.REBUILD_MIN_WORDS = old
     for idx in live.agents.values():  # the slot bookkeeping compaction relies on
         assert idx.dead == idx.n - len(idx.slot_of) == idx.n - int(idx.alive[: idx.n].sum())
     rebuilt = fold(*events)

@@ -4,6 +4,7 @@ equality (H2), the graph against exact search on real sentence vectors, and a re
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import tempfile
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from memstream.projections.runner import ProjectionRunner, digest_of, replay
 from memstream.projections.scope import ScopeFilter
-from memstream.projections.vectors import VectorProjection
+from memstream.projections.vectors import SnapshotRejected, VectorProjection
 from memstream.streams import commands as c
 from memstream.streams.decision.dispatch import decide
 from memstream.streams.decision.limits import Limits
@@ -381,8 +382,7 @@ def test_snapshot_round_trip_and_rebuild_equal_live(tmp_path: Path) -> None:
     body = live.proj.to_snapshot()
     assert len(str(body)) < 400  # vectors are in the sidecar, not the JSON
     restored = VectorProjection(store_)
-    restored.load_snapshot(body)
-    assert not restored.snapshot_rejected
+    restored.load_snapshot(body)  # raises SnapshotRejected when the sidecar is not accepted
     rebuilt = live.replayed()
     assert digest_of(restored) == digest_of(live.proj) == digest_of(rebuilt)
     assert answers(restored) == answers(live.proj) == answers(rebuilt)
@@ -440,7 +440,8 @@ def test_runner_checkpoint_restore_and_damaged_sidecars(tmp_path: Path) -> None:
     evs = mixed_events(300)
     log_ = MemoryLog(evs)
     snaps = SnapshotStore(tmp_path)
-    runner = ProjectionRunner(log_, [VectorProjection(snaps, hnsw_threshold=50)], snaps)  # type: ignore[arg-type]
+    graphs_early = functools.partial(VectorProjection, snaps, hnsw_threshold=50)
+    runner = ProjectionRunner(log_, [graphs_early], snaps)  # type: ignore[arg-type]
     runner.catch_up()
     live = runner.projections[0]
     runner.checkpoint()
@@ -448,7 +449,7 @@ def test_runner_checkpoint_restore_and_damaged_sidecars(tmp_path: Path) -> None:
     assert fresh.digests() == runner.digests()  # H2
 
     # a sound snapshot resumes at its offset with the same digest and answers
-    r2 = ProjectionRunner(log_, [VectorProjection(snaps, hnsw_threshold=50)], snaps)  # type: ignore[arg-type]
+    r2 = ProjectionRunner(log_, [graphs_early], snaps)  # type: ignore[arg-type]
     r2.restore()
     assert r2.offset == len(evs) - 1
     assert r2.digests() == runner.digests()
@@ -460,7 +461,7 @@ def test_runner_checkpoint_restore_and_damaged_sidecars(tmp_path: Path) -> None:
     raw = bytearray(path.read_bytes())
     raw[-10] ^= 0xFF
     path.write_bytes(bytes(raw))
-    r3 = ProjectionRunner(log_, [VectorProjection(snaps, hnsw_threshold=50)], snaps)  # type: ignore[arg-type]
+    r3 = ProjectionRunner(log_, [graphs_early], snaps)  # type: ignore[arg-type]
     r3.restore()
     assert r3.offset == len(evs) - 1 and r3.digests() == runner.digests()
     assert r3.projections[0].stats["graph_builds"] >= 1  # type: ignore[attr-defined]
@@ -472,23 +473,26 @@ def test_runner_checkpoint_restore_and_damaged_sidecars(tmp_path: Path) -> None:
     raw[len(raw) // 2] ^= 0x01
     path.write_bytes(bytes(raw))
     assert snaps.load_blob(blob) is None
-    r4 = ProjectionRunner(log_, [VectorProjection(snaps)], snaps)  # type: ignore[arg-type]
+    with pytest.raises(SnapshotRejected):
+        VectorProjection(snaps).load_snapshot(snaps.load("vectors")["state"])  # type: ignore[index]
+    r4 = ProjectionRunner(log_, [functools.partial(VectorProjection, snaps)], snaps)  # type: ignore[arg-type]
     r4.restore()
     proj = r4.projections[0]
-    assert proj.snapshot_rejected and proj.offset == -1 and proj.count(A) == 0  # type: ignore[attr-defined]
+    # rebuilt by its factory: empty, from offset -1, and still writing its sidecars to ``snaps``
+    assert proj.offset == -1 and proj.count(A) == 0 and proj.blobs is snaps  # type: ignore[attr-defined]
     r4.catch_up()
     assert r4.digests() == runner.digests()
 
     # so is a missing one
     snaps.drop_blob(blob)
-    r5 = ProjectionRunner(log_, [VectorProjection(snaps)], snaps)  # type: ignore[arg-type]
+    r5 = ProjectionRunner(log_, [functools.partial(VectorProjection, snaps)], snaps)  # type: ignore[arg-type]
     r5.restore()
     assert r5.offset == -1
     # and a snapshot loaded with no sidecar store attached
     bare = VectorProjection()
-    bare.load_snapshot(live.to_snapshot())
-    bare.offset = 5
-    assert bare.snapshot_rejected and bare.offset == -1
+    with pytest.raises(SnapshotRejected):
+        bare.load_snapshot(live.to_snapshot())
+    assert bare.offset == -1 and bare.count(A) == 0
 
 
 def test_sidecars_are_content_addressed_and_collected(tmp_path: Path) -> None:
@@ -648,8 +652,7 @@ def test_replay_gives_the_same_digest_and_answers(spec: list[tuple[Any, ...]], c
                 body = live.proj.to_snapshot()
                 live.proj.blobs = None
                 restored = VectorProjection(snaps)
-                restored.load_snapshot(body)
-                assert not restored.snapshot_rejected
+                restored.load_snapshot(body)  # raises SnapshotRejected when the sidecar is not accepted
             elif restored is not None:
                 restored.apply(off, ev)
         replayed = live.replayed()

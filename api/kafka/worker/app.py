@@ -65,11 +65,12 @@ from memstream.api.kafka.worker.transfer_parts import transfer_routes
 from memstream.api.services.acl import owner_or_history
 from memstream.api.services.embedders import Embedders
 from memstream.api.services.embedding import Embedder
-from memstream.api.services.engine import FAILURE_CODE, REFUSAL_AUDITED, read_models
+from memstream.api.services.engine import FAILURE_CODE, REFUSAL_AUDITED
 from memstream.api.services.point_in_time import View
 from memstream.api.services.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
 from memstream.api.tools.registry import Caller
+from memstream.projections.catalog import read_models
 from memstream.projections.runner import digest_of
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.commands import Command

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from memstream.projections.associations import AgentGraph, neighbourhood
-from memstream.projections.lexical_text import tokens
+from memstream.projections.lexical.text import tokens
 from memstream.projections.scope import ScopeFilter
 
 ROLE_VOCABULARY: Final = ("supports", "supersedes", "corrects", "qualifies", "contradicts", "temporal_predecessor")

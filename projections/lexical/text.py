@@ -1,25 +1,4 @@
-"""Text analysis for the lexical projection: normalisation, BM25 tokens, keyword words.
-
-Every string the lexical projection indexes or is asked about goes through ``normalize``
-(NFKC, then casefold, then NFKC again so a casefold never leaves a non-normal string), so a
-full-width ``Ｐｙｔｈｏｎ``, a ligature ``ﬁle`` and ``STRASSE``/``straße`` meet their plain forms.
-
-BM25 tokens (``tokens``):
-
-- runs of letters, digits and combining marks are words; ``_`` and punctuation separate words
-  (``snake_case`` gives ``snake``, ``case``; ``sha256:ab12`` gives ``sha256``, ``ab12``);
-- a run of CJK characters (Han, Hiragana, Katakana, Hangul) has no spaces to split on, so it is
-  cut into overlapping character bigrams (``東京タワー`` → ``東京 京タ タワ ワー``); a lone CJK
-  character stands as itself. This is what Lucene's CJK analyzer does: it needs no dictionary,
-  treats Chinese, Japanese and Korean alike, and a CJK query finds CJK text whichever way it is
-  phrased inside a longer sentence. Mixed text is cut at the script boundary
-  (``東京でPython勉強`` → ``東京 京で python 勉強``).
-
-Keyword words (``words``): the normalised text split on whitespace only. A query term holds no
-whitespace, so it occurs as a substring of a text exactly when it occurs inside one of the
-text's words: matching terms against the distinct words is the substring search, done once per
-word instead of once per row.
-"""
+"""Text analysis: normalisation, BM25 tokens (stemmed; CJK bigrams), keyword terms and words."""
 
 from __future__ import annotations
 

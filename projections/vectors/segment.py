@@ -1,0 +1,191 @@
+"""The rows of one (agent, model, kind): recency-ordered columns, vectors in fixed chunks, tombstones."""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+import numpy as np
+
+CHUNK: Final = 8192  # rows per vector chunk
+
+
+def inv_norm(vec: np.ndarray) -> float:
+    norm = float(np.sqrt(np.dot(vec.astype(np.float64), vec.astype(np.float64))))
+    return 1.0 / norm if norm > 0 and math.isfinite(norm) else 0.0
+
+
+class Segment:
+    """The rows of one (agent, model, kind), recency-ordered when ``sorted``."""
+
+    __slots__ = (
+        "alive",
+        "buckets",
+        "chunks",
+        "dead",
+        "dim",
+        "inv",
+        "keys",
+        "kind",
+        "model",
+        "n",
+        "offs",
+        "pos_of",
+        "sorted",
+    )
+
+    def __init__(self, model: str, kind: int, dim: int, capacity: int = 64) -> None:
+        self.model = model
+        self.kind = kind
+        self.dim = dim
+        self.n = 0
+        self.dead = 0
+        self.sorted = True
+        self.keys = np.empty(capacity, np.int64)
+        self.offs = np.empty(capacity, np.int64)
+        self.buckets = np.empty(capacity, np.int32)
+        self.alive = np.empty(capacity, np.bool_)
+        self.inv = np.empty(capacity, np.float32)  # 1/|v| (0 for a zero vector): derived, not state
+        self.chunks: list[np.ndarray] = []
+        self.pos_of: dict[int, int] = {}
+
+    @property
+    def live(self) -> int:
+        return self.n - self.dead
+
+    def _grow(self, need: int) -> None:
+        cap = max(need, int(self.keys.shape[0] * 1.5) + 64)
+        for name in ("keys", "offs", "buckets", "alive", "inv"):
+            old = getattr(self, name)
+            new = np.empty(cap, old.dtype)
+            new[: self.n] = old[: self.n]
+            setattr(self, name, new)
+
+    def append(self, key: int, off: int, bucket: int, vec: np.ndarray) -> None:
+        n = self.n
+        if n == self.keys.shape[0]:
+            self._grow(n + 1)
+        c, i = divmod(n, CHUNK)
+        if c == len(self.chunks):
+            self.chunks.append(np.empty((CHUNK, self.dim), np.float32))
+        self.chunks[c][i] = vec
+        if n and off < self.offs[n - 1]:
+            self.sorted = False
+        self.keys[n] = key
+        self.offs[n] = off
+        self.buckets[n] = bucket
+        self.alive[n] = True
+        self.inv[n] = inv_norm(vec)
+        self.pos_of[key] = n
+        self.n = n + 1
+
+    def row(self, pos: int) -> np.ndarray:
+        return self.chunks[pos // CHUNK][pos % CHUNK]
+
+    def kill(self, key: int) -> int:
+        pos = self.pos_of.pop(key)
+        self.alive[pos] = False
+        self.dead += 1
+        return pos
+
+    def gather(self, pos: np.ndarray) -> np.ndarray:
+        """Vectors at ``pos`` (any order), as one (len, dim) float32 array."""
+        out = np.empty((len(pos), self.dim), np.float32)
+        if not len(pos):
+            return out
+        ci = pos // CHUNK
+        order = np.argsort(ci, kind="stable")
+        sci = ci[order]
+        cuts = np.flatnonzero(np.diff(sci)) + 1
+        for grp in np.split(order, cuts):
+            c = int(ci[grp[0]])
+            out[grp] = self.chunks[c][pos[grp] - c * CHUNK]
+        return out
+
+    def scores(self, pos: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """float32 cosines (up to |q|) of rows at ascending positions ``pos`` with ``q``."""
+        out = np.empty(len(pos), np.float32)
+        if not len(pos):
+            return out
+        ci = pos // CHUNK
+        cuts = np.flatnonzero(np.diff(ci)) + 1
+        start = 0
+        for end in [*cuts.tolist(), len(pos)]:
+            c = int(ci[start])
+            local = pos[start:end] - c * CHUNK
+            lo, hi = int(local[0]), int(local[-1]) + 1
+            chunk = self.chunks[c]
+            if (end - start) * 2 >= hi - lo:  # dense: one product over the span, then pick
+                s = chunk[lo:hi] @ q
+                out[start:end] = s if end - start == hi - lo else s[local - lo]
+            else:
+                out[start:end] = chunk[local] @ q
+            start = end
+        out *= self.inv[pos]
+        return out
+
+    def compact(self) -> None:
+        """Drop tombstones and restore recency order (positions change)."""
+        n = self.n
+        order = np.flatnonzero(self.alive[:n])
+        if not self.sorted:
+            order = order[np.argsort(self.offs[order], kind="stable")]
+        m = len(order)
+        chunks = []
+        for a in range(0, m, CHUNK):
+            block = np.empty((CHUNK, self.dim), np.float32)
+            sel = order[a : a + CHUNK]
+            block[: len(sel)] = self.gather(sel)
+            chunks.append(block)
+        self.chunks = chunks
+        for name in ("keys", "offs", "buckets", "inv"):
+            arr = getattr(self, name)
+            arr[:m] = arr[order]
+        self.alive[:m] = True
+        self.n = m
+        self.dead = 0
+        self.sorted = True
+        self.pos_of = dict(zip(self.keys[:m].tolist(), range(m), strict=True))
+
+    def maybe_compact(self) -> None:
+        if not self.sorted or (self.dead > 1024 and self.dead * 4 > self.n):
+            self.compact()
+
+    def select(self, lut: np.ndarray | None, hi: int) -> np.ndarray:
+        """Ascending positions of the newest ``hi`` live rows admitted by ``lut`` (sorted segment)."""
+        n = self.n
+        if hi <= 0 or n == 0:
+            return np.empty(0, np.int64)
+        if lut is None and self.dead == 0:
+            return np.arange(max(0, n - hi), n, dtype=np.int64)
+        found: list[np.ndarray] = []
+        total = 0
+        end = n
+        block = max(2 * hi, 32_768)
+        while end > 0 and total < hi:
+            start = max(0, end - block)
+            m = self.alive[start:end]
+            if lut is not None:
+                m = m & lut[self.buckets[start:end]]
+            p = np.flatnonzero(m) + start
+            found.append(p)
+            total += len(p)
+            end = start
+            block *= 2
+        allp = found[0] if len(found) == 1 else np.concatenate(found[::-1])
+        return allp[max(0, len(allp) - hi) :]
+
+    def newest_live_offset(self) -> int:
+        n = self.n
+        if self.live == 0:
+            return -1
+        if not self.sorted:
+            return int(self.offs[:n][self.alive[:n]].max())
+        end = n
+        while end > 0:
+            start = max(0, end - 4096)
+            p = np.flatnonzero(self.alive[start:end])
+            if len(p):
+                return int(self.offs[start + p[-1]])
+            end = start
+        return -1

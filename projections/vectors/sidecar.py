@@ -1,0 +1,186 @@
+"""Snapshot sidecars: an agent's rows and graphs as binary blobs beside the JSON snapshot."""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import numpy as np
+import orjson
+
+from memstream.projections.vectors.agent import Agent
+from memstream.projections.vectors.graph import usearch_index
+from memstream.projections.vectors.segment import CHUNK, Segment
+from memstream.streams.snapshots import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+FORMAT: Final = 2
+
+
+def layout(agents: dict[str, Agent], content_hash: str) -> tuple[dict[str, Any], list[Any]]:
+    """The vectors sidecar: a JSON header (arrays as [offset, bytes]) then 64-aligned arrays."""
+    parts: list[Any] = []
+    pos = 0
+
+    def put(arr: np.ndarray | Iterable[np.ndarray], nbytes: int) -> list[int]:
+        nonlocal pos
+        at = pos
+        if isinstance(arr, np.ndarray):
+            parts.append(np.ascontiguousarray(arr))
+        else:
+            parts.extend(arr)
+        pad = (-nbytes) % 64
+        if pad:
+            parts.append(b"\0" * pad)
+        pos += nbytes + pad
+        return [at, nbytes]
+
+    entries = []
+    for name in sorted(agents):
+        ag = agents[name]
+        gk = np.fromiter(ag.ghosts, dtype=np.int64, count=len(ag.ghosts))
+        gv = np.array(list(ag.ghosts.values()), dtype=np.int64).reshape(-1, 2)
+        entry: dict[str, Any] = {
+            "agent": name,
+            "model": ag.model,
+            "buckets": [list(b) for b in ag.bucket_list],
+            "ghost_keys": put(gk, gk.nbytes),
+            "ghost_vals": put(gv, gv.nbytes),
+            "segments": [],
+        }
+        for (model, kind), seg in sorted(ag.segs.items()):
+            seg.compact()
+            n = seg.n
+            if n == 0:
+                continue
+
+            def vec_parts(s: Segment = seg, m: int = n) -> Iterator[np.ndarray]:
+                for c, chunk in enumerate(s.chunks):
+                    rows = min(CHUNK, m - c * CHUNK)
+                    if rows > 0:
+                        yield chunk[:rows]
+
+            entry["segments"].append(
+                {
+                    "model": model,
+                    "kind": kind,
+                    "dim": seg.dim,
+                    "n": n,
+                    "keys": put(seg.keys[:n], n * 8),
+                    "offs": put(seg.offs[:n], n * 8),
+                    "buckets": put(seg.buckets[:n], n * 4),
+                    "inv": put(seg.inv[:n], n * 4),
+                    "vecs": put(vec_parts(), n * seg.dim * 4),
+                }
+            )
+        entries.append(entry)
+    return {"format": FORMAT, "hash": content_hash, "agents": entries}, parts
+
+
+def write(blobs: SnapshotStore, name: str, agents: dict[str, Agent], content_hash: str) -> None:
+    """Write both sidecars of a state: ``name`` (the rows) and ``name.hnsw`` (the graphs)."""
+    header, parts = layout(agents, content_hash)
+    head = orjson.dumps(header)
+    head_len = len(head) + (-(len(head) + 8) % 64)
+    blobs.save_blob(name, [struct.pack("<Q", head_len), head.ljust(head_len, b" "), *parts])
+    graphs = []
+    for agent in sorted(agents):
+        for model, g in sorted(agents[agent].graphs.items()):
+            if g.index is not None:
+                graphs.append((agent, model, g.index.save()))
+    gheader = orjson.dumps({"hash": content_hash, "graphs": [[a, m, len(b)] for a, m, b in graphs]})
+    blobs.save_blob(name + ".hnsw", [struct.pack("<Q", len(gheader)), gheader, *(b for _, _, b in graphs)])
+
+
+def collect_garbage(blobs: SnapshotStore, projection: str, keep: set[str]) -> None:
+    """Drop sidecars no snapshot refers to: keep ``keep`` and the one the JSON on disk names."""
+    try:
+        on_disk = blobs.load(projection)
+        if on_disk is not None:
+            keep.add(on_disk["state"]["blob"])
+    except (KeyError, TypeError, AttributeError):
+        pass
+    for blob in blobs.blob_names(f"{projection}-"):
+        if blob.split(".")[0] not in keep:
+            blobs.drop_blob(blob)
+
+
+def read_vectors(mv: memoryview, body: dict[str, Any]) -> tuple[dict[str, Agent], int, int]:
+    """The agents (rows and ghosts) of a vectors sidecar, with the counts of rows and ghosts;
+    raises ``ValueError`` (and the like) when it is not the sidecar ``body`` names."""
+    (head_len,) = struct.unpack_from("<Q", mv, 0)
+    header = orjson.loads(bytes(mv[8 : 8 + head_len]))
+    if header.get("hash") != body["hash"]:
+        raise ValueError("sidecar hash does not match the snapshot")
+    base = 8 + head_len
+
+    def arr(spec: list[int], dtype: Any) -> np.ndarray:
+        at, nbytes = spec
+        if nbytes == 0:
+            return np.empty(0, dtype)
+        return np.frombuffer(mv, dtype=dtype, count=nbytes // np.dtype(dtype).itemsize, offset=base + at)
+
+    agents: dict[str, Agent] = {}
+    rows = ghosts = 0
+    for entry in header["agents"]:
+        ag = agents.get(entry["agent"])
+        if ag is None:
+            ag = agents[entry["agent"]] = Agent(entry["agent"])
+        if entry["model"] is not None:
+            ag.model = entry["model"]
+        for p, c in entry["buckets"]:
+            ag.bucket(p, c)
+        gk = arr(entry["ghost_keys"], np.int64).tolist()
+        gv = arr(entry["ghost_vals"], np.int64).reshape(-1, 2).tolist()
+        ag.ghosts = {k: (b, r) for k, (b, r) in zip(gk, gv, strict=True)}
+        ghosts += len(gk)
+        for s in entry["segments"]:
+            n, dim = s["n"], s["dim"]
+            seg = Segment(s["model"], s["kind"], dim, capacity=n + 64)
+            seg.keys[:n] = arr(s["keys"], np.int64)
+            seg.offs[:n] = arr(s["offs"], np.int64)
+            seg.buckets[:n] = arr(s["buckets"], np.int32)
+            seg.inv[:n] = arr(s["inv"], np.float32)
+            seg.alive[:n] = True
+            seg.n = n
+            seg.sorted = bool(n < 2 or np.all(np.diff(seg.offs[:n]) > 0))
+            vecs = arr(s["vecs"], np.float32).reshape(n, dim)
+            full, rest = divmod(n, CHUNK)
+            seg.chunks = [vecs[c * CHUNK : (c + 1) * CHUNK] for c in range(full)]  # views, no copy
+            if rest:
+                last = np.empty((CHUNK, dim), np.float32)
+                last[:rest] = vecs[full * CHUNK :]
+                seg.chunks.append(last)
+            seg.pos_of = dict(zip(seg.keys[:n].tolist(), range(n), strict=True))
+            for b, cnt in zip(*np.unique(seg.buckets[:n], return_counts=True), strict=True):
+                ag.counts[int(b)] += int(cnt)
+            ag.segs[(s["model"], s["kind"])] = seg
+            rows += n
+    if rows != body["rows"] or ghosts != body["ghosts"]:
+        raise ValueError("sidecar counts do not match the snapshot")
+    return agents, rows, ghosts
+
+
+def read_graphs(blobs: SnapshotStore, name: str, content_hash: str) -> dict[tuple[str, str], Any]:
+    """The graphs of a graph sidecar by (agent, model); none when it is missing or unusable."""
+    Index = usearch_index()
+    loaded: dict[tuple[str, str], Any] = {}
+    mv = blobs.load_blob(name)
+    if mv is None:
+        return loaded
+    try:
+        (hl,) = struct.unpack_from("<Q", mv, 0)
+        gh = orjson.loads(bytes(mv[8 : 8 + hl]))
+        if gh["hash"] != content_hash:
+            raise ValueError("graph sidecar belongs to another state")
+        at = 8 + hl
+        for agent, model, size in gh["graphs"]:
+            loaded[(agent, model)] = Index.restore(mv[at : at + size])
+            at += size
+    except (ValueError, KeyError, TypeError, struct.error, RuntimeError, orjson.JSONDecodeError) as exc:
+        log.warning("graph sidecar %s unusable (%s); graphs are rebuilt from the vectors", name, exc)
+        loaded = {}
+    return loaded
