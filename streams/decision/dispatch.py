@@ -1,8 +1,4 @@
-"""``decide``: one command judged against the decision state by the decider of its type.
-
-Pure: no I/O and no clock (time arrives on the command, ids come from the fold's counters), so
-replaying the same log gives the same answers.
-"""
+"""``decide``: a command judged by the decider of its type, purely, so replaying a log gives the same answers."""
 
 from __future__ import annotations
 

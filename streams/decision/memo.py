@@ -1,10 +1,4 @@
-"""The idempotency memo: what a retried command id gets back, kept small per remembered command.
-
-An applied command is remembered by a compact memo of its first event, from which its outcome
-is re-derived; a refused or skipped one by its audited outcome, whole. A snapshot stores each
-memo in the positional JSON form checkpoints have always used (``to_json``), so old
-checkpoints load and digests do not move.
-"""
+"""The idempotency memo: what a retried command id gets back, in a snapshot layout that never changes."""
 
 from __future__ import annotations
 

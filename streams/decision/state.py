@@ -1,9 +1,4 @@
-"""The decision state: the fold of the whole log that deciders consult, its snapshot and digest.
-
-It holds only what the rules need (live records, dedup keys, locks, episodes, the profile flag,
-the outcomes of recent command ids) and is a pure fold: replaying the same log gives the same
-state, byte for byte in its snapshot.
-"""
+"""The decision state: the pure fold of the whole log that deciders consult, with its canonical snapshot."""
 
 from __future__ import annotations
 
