@@ -1,9 +1,10 @@
 # Two entry points a fresh machine needs (see README): `make serve` and `make test`.
+# `make test-fast`: the unit tier alone (no broker, no browser, no servers; see tests/README.md).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup serve test lint bench
+.PHONY: setup serve test test-fast lint bench
 
 setup: $(VENV)/.installed
 
@@ -18,6 +19,9 @@ serve: setup
 
 test: setup
 	VENV=$(VENV) bash infra/run-tests.sh
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
 lint: setup
 	$(BIN)/ruff check .

@@ -26,6 +26,7 @@ from memstream.streams.log.sqlite import SqliteLog
 from tests.support.servers import free_port
 
 PROCS = Path(__file__).parents[1] / "procs"
+pytestmark = pytest.mark.slow  # trials that take tens of seconds (more with MEMSTREAM_LONG_TESTS=1)
 TRIALS = int(os.environ.get("MEMSTREAM_CRASH_TRIALS") or (200 if os.environ.get("MEMSTREAM_LONG_TESTS") else 20))
 CLIENTS = 6
 

@@ -37,6 +37,7 @@ from tests.support.embedders import HashEmbedder
 from tests.support.servers import ServerThread, log_end
 
 PROCS = Path(__file__).parents[1] / "procs"
+pytestmark = pytest.mark.slow  # trials that take tens of seconds (more with MEMSTREAM_LONG_TESTS=1)
 LONG = bool(os.environ.get("MEMSTREAM_LONG_TESTS"))
 KILL_TRIALS = 50 if LONG else 5
 CALLER = Caller(client_id="faults")

@@ -38,6 +38,7 @@ from memstream.api.tools.registry import REGISTRY, Caller
 from tests.support.embedders import HashEmbedder
 from tests.support.servers import ServerThread, log_end
 
+pytestmark = pytest.mark.slow  # trials that take tens of seconds (more with MEMSTREAM_LONG_TESTS=1)
 LONG = bool(os.environ.get("MEMSTREAM_LONG_TESTS"))
 EXAMPLES = int(os.environ.get("MEMSTREAM_FUZZ_EXAMPLES") or (100 if LONG else 6))
 DISPATCH_EXAMPLES = 2_000 if LONG else 300

@@ -13,12 +13,15 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("bench_load", REPO / "bench" / "load.py")
 assert _spec is not None and _spec.loader is not None
 bench_load = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_load)
 
+pytestmark = pytest.mark.slow  # trials that take tens of seconds (more with MEMSTREAM_LONG_TESTS=1)
 SECONDS = float(os.environ.get("MEMSTREAM_LOAD_SECONDS") or (120 if os.environ.get("MEMSTREAM_LONG_TESTS") else 15))
 CLIENTS = 32
 RSS_LIMIT_MB = 1_024  # the server's resident memory, whatever the load stored
