@@ -1,4 +1,4 @@
-"""The vector projection (projections/vectors.py): folds, the scan window and the far list
+"""The vector projection (projections/vectors/): folds, the scan window and the far list
 (CONTRACTS R8), isolation (R10), the model filter, snapshots and their sidecars, rebuild
 equality (H2), the graph against exact search on real sentence vectors, and a replay property."""
 
