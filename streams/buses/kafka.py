@@ -1,4 +1,4 @@
-"""The Kafka command bus: what an API process uses instead of the embedded bus in Kafka mode.
+"""The Kafka command bus: how a router or worker submits in Kafka mode, instead of the embedded bus.
 
 ``submit`` sends the command to its agent's partition of the commands topic and waits for the
 decider's reply on this process's own partition of the replies topic (chosen from a random

@@ -1,10 +1,10 @@
-"""Wire formats of the Kafka command path: commands (and API-side refusals) on their way to a
-decider, and the replies that carry each outcome back to the API process that submitted it.
+"""Wire formats of the Kafka command path: commands (and routers' refusals) on their way to a
+decider, and the replies that carry each outcome back to the process that submitted it.
 
 A command travels as its JSON (``Command.model_dump(mode="json")``; an embedding's header is in
 it, its vector is the ``vector`` record header, as for events) with a ``command`` header naming
-its class and a ``reply_to`` header naming the replies partition its API process reads.
-Refusals an API process decided before any command existed (bad input, permission) travel the
+its class and a ``reply_to`` header naming the replies partition its submitter reads.
+Refusals a router or worker decided before any command existed (bad input, permission) travel the
 same path as ``command: refusal`` with the audit record as value, so the partition's decider is
 the only writer of its events and audit partitions, and replay merges the two exactly as they
 were decided.

@@ -29,8 +29,8 @@ topic (``submit_local``): they join the same per-partition sequence as the topic
 (one lock per decider, so the two paths never interleave inside a batch), are decided by the
 same step, appended the same way, and answered in-process once their acknowledgements arrived.
 That removes two produces and two fetches from every write, which are most of a write's cost
-on a small cluster. The topic path stays for everyone else: API processes without a worker,
-and calls that reach a worker while its partition is moving. Fencing is unchanged: a zombie
+on a small cluster. The topic path stays for everyone else: routers, workers writing to a
+partition they do not own, and calls that reach a worker while its partition is moving. Fencing is unchanged: a zombie
 owner deciding locally is caught by the same landed-offset check and stops.
 """
 

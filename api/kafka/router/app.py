@@ -1,4 +1,4 @@
-"""The API process in Kafka mode: routes each tool call to the worker that owns its agent.
+"""The router (``memstream serve --kafka``): routes each tool call to the worker that owns its agent.
 
 A call names its agent (``agent_id``); the agent's partition (``partition_for``, the same CRC32
 mapping every process uses) is owned by one worker at a time, which announces itself on the
@@ -363,7 +363,7 @@ class RouterEngine:
 def router_app(
     cfg: KafkaConfig, *, host: str = "127.0.0.1", acl: AclConfig | None = None, settings: Settings | None = None
 ) -> Starlette:
-    """The API process's app. With ``acl`` every request needs a bearer token of the file
+    """The router's app. With ``acl`` every request needs a bearer token of the file
     (401 otherwise, as in embedded mode) and every call is checked before it is forwarded."""
     router = Router(cfg, acl=acl, settings=settings)
     mcp = McpHttpApp(None, host=host, call=router.call)

@@ -1,39 +1,7 @@
-"""The file transfers in Kafka mode: ``export_memories``, ``import_memories`` and
-``merge_memories`` with embedded mode's arguments and answers (api/tools/transfer/).
-
-Why the router answers them. A file belongs to the process the caller reached, and these
-tools span partitions: an export of every agent reads every partition, a file holds records
-of any agents, and a merge's two agents may live on two workers. No worker holds all of that,
-so the router (api/kafka/router/app.py) runs each of the three tools itself, through ``run_tool``
-(the same validation, refusal audit and failure shapes as everywhere; grants are checked
-before, as for every call: api/kafka/router/gate.py), and asks the workers for the per-partition parts
-over internal routes, guarded like the workers' other routes (``MEMSTREAM_WORKER_TOKEN``):
-
-* ``POST /v1/transfer/collect``: ``collect`` (embedded mode's) over the worker's engine of one
-  partition: one agent's records, or every agent of the partition. The router joins the
-  partitions in embedded mode's order (memories by id, episodes by id, profiles by agent: ids
-  are allocated per partition by the same rule in both modes), writes the file under its own
-  export directory with embedded mode's path rules and atomic write, and heads it with counts
-  of the joined records. The records' ``history`` is as the worker gives it: offsets within
-  the agent's partition, which ``partition`` names. The header says which point of each
-  partition the file shows in ``log_offsets`` (partition → the last offset it includes) where
-  embedded mode has one ``log_offset``.
-* ``POST /v1/transfer/import``: the existing ``Importer`` over a batch of records that all land
-  in the worker's partition (or, for a merge, ``merge_into``). The router reads and parses the
-  file (same size limit, same refusals of a file that is not UTF-8 or cut short, before
-  anything is sent), groups the records by the partition of the agent each lands in, and sends
-  each partition its records in batches, in embedded mode's order (memories, episodes, then
-  profiles, each in file order), so each partition decides them in the order the embedded log
-  would. Command ids are derived from the records, so a batch resent (a worker died, a retry)
-  or a whole file imported again appends nothing. The partitions' tallies are joined into one
-  answer; errors are listed by kind (memories, episodes, profiles) and line, after the file's
-  unreadable lines and records of kinds memstream does not import.
-* ``POST /v1/transfer/delete-moved``: a move's deletions at the source (``delete_moved``), on
-  the source's worker, after the target's worker answered which records it now holds.
-
-A transfer is a saga of per-partition steps, as in embedded mode: a worker failing midway
-answers 503 (``log_unavailable``) and running the same call again finishes it.
-"""
+"""The file transfers in Kafka mode (``export_memories``, ``import_memories``, ``merge_memories``),
+answered by the router: they span partitions and use the router's files, so it runs the tools
+itself and asks each worker for its partition's part (api/kafka/worker/transfer_parts.py).
+How, and what differs from embedded mode: docs/kafka-operations.md, "Export, import, merge"."""
 
 from __future__ import annotations
 
@@ -184,7 +152,7 @@ class KafkaTransfers:
         self, agent_id: str, caller: Caller, *, include_embeddings: bool, include_history: bool
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """``collect`` across the deployment: the agent's partition, or ('') every partition,
-        joined in embedded mode's order (see the module doc)."""
+        joined in embedded mode's order (docs/kafka-operations.md)."""
         body = CollectBody(agent_id=agent_id, include_embeddings=include_embeddings, include_history=include_history)
         partitions = [partition_for(agent_id, self.partitions)] if agent_id else list(range(self.partitions))
         answers = await asyncio.gather(*(self.ask(p, COLLECT_PATH, body, caller) for p in partitions))

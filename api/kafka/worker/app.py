@@ -30,7 +30,7 @@ parts are internal routes here: api/kafka/worker/transfer_parts.py). A re-embed 
 covers, over that partition's agents (the router starts and reports it per partition).
 
 Each worker announces which partitions it owns, and at which URL, on the compacted owners topic;
-API processes (``api/kafka/router/app.py``) route each call by its agent to the owner.
+routers (``api/kafka/router/app.py``) route each call by its agent to the owner.
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ T = TypeVar("T")
 # Tools a worker does not answer, because the router answers them itself and never forwards
 # them: the deployment's health, and the file transfers (export, import and merge use the
 # router's files and span partitions; the router asks the workers for their parts over the
-# routes of api/kafka/router/transfers.py). Asked directly, a worker says so rather than answer for
-# its own partitions only.
+# routes of api/kafka/worker/transfer_parts.py). Asked directly, a worker says so rather than
+# answer for its own partitions only.
 ROUTER_TOOLS = frozenset({"check_health"}) | TRANSFER_TOOLS
 CATCH_UP_DEADLINE_S = 30.0
 
@@ -235,7 +235,7 @@ class Worker:
         self.url = url
         self.worker_id = uuid.uuid4().hex[:12]
         self.embedders = Embedders(settings, embedder, embedders)
-        self.bus = KafkaCommandBus(cfg, instance_id=f"node-{self.worker_id}")
+        self.bus = KafkaCommandBus(cfg, instance_id=f"worker-{self.worker_id}")
         self.announcer = KafkaLog(cfg)
         self.partition_log = KafkaPartitionLog(cfg)  # history and audit reads, as_of replays
         self.point_in_time = KafkaPointInTime(self.partition_log, settings, self.embedders)
@@ -260,13 +260,13 @@ class Worker:
         await self.partition_log.start()
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=self.cfg.bootstrap,
-            client_id=f"memstream-node-{self.worker_id}",
+            client_id=f"memstream-worker-{self.worker_id}",
             group_id=None,
             enable_auto_commit=False,
             fetch_max_wait_ms=100,
         )
         await self._consumer.start()
-        self._tail = asyncio.create_task(self._run_tail(), name="memstream-node-tail")
+        self._tail = asyncio.create_task(self._run_tail(), name="memstream-worker-tail")
 
     async def close(self) -> None:
         if self._tail is not None:

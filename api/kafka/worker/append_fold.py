@@ -4,7 +4,7 @@ A worker's read models of partition ``p`` are folded by the worker's faust agent
 the decider is the only writer of ``p``, so once its appends are acknowledged at the offsets it
 checked, those events *are* the log's next records, and the agent folds them into the read
 models before it replies (``KafkaDecider.on_appended``). The events topic then plays the part a
-changelog plays for a faust table: it is read only to recover, by the node's tail consumer,
+changelog plays for a faust table: it is read only to recover, by the worker's tail consumer,
 when the worker gains a partition (from a checkpoint or offset 0) and whenever the models fall
 out of step with the agent (a checkpoint holding the models' lock, a batch the agent could not
 hand over). While the agent feeds a partition, the tail leaves it paused, so a worker's own

@@ -2,7 +2,7 @@
 
 The embedded server answers ``history`` and ``audit_log`` by reading its log file; a worker has
 no file, so it reads the topics. ``KafkaPartitionLog`` is that reader: one consumer without a
-group per node (it never disturbs the deciders' consumer group or the read models' tail),
+group per worker (it never disturbs the deciders' consumer group or the read models' tail),
 used by one read at a time (a lock: every read re-assigns and seeks it), and every read has a
 deadline, after which the call fails with ``LogUnavailable`` (HTTP 503) instead of hanging on
 a broker that does not answer.
@@ -120,7 +120,7 @@ async def fold_partitions(
 
 
 class KafkaPartitionLog:
-    """A node's reader of its partitions of the events and audit topics (see module doc)."""
+    """A worker's reader of its partitions of the events and audit topics (see module doc)."""
 
     def __init__(self, cfg: KafkaConfig, *, deadline_s: float = READ_DEADLINE_S) -> None:
         self.cfg = cfg
@@ -155,7 +155,7 @@ class KafkaPartitionLog:
         try:
             async with asyncio.timeout(self.deadline_s), self._lock:
                 if self._consumer is None:
-                    raise LogUnavailable("the node's log reader is not started")
+                    raise LogUnavailable("the worker's log reader is not started")
                 yield self._consumer
         except TimeoutError:
             raise LogUnavailable(f"{what}: no answer from Kafka within {self.deadline_s:.0f} s") from None
@@ -248,7 +248,7 @@ class KafkaPartitionLog:
 
     async def fold(self, models: Mapping[int, Folding], bounds: Mapping[int, int], *, deadline_s: float) -> int:
         """Fold fresh read models up to ``bounds`` with a consumer of the fold's own (a long
-        fold does not hold up the node's history and audit reads), within ``deadline_s``."""
+        fold does not hold up the worker's history and audit reads), within ``deadline_s``."""
         if not any(bounds[p] > 0 for p in models):
             return 0  # the state before the first event: nothing to read
         consumer = fold_consumer(self.cfg)
@@ -269,7 +269,7 @@ class KafkaPartitionLog:
 
 
 class PartitionLogView:
-    """One partition of the node's log, shaped as the engine's log for the tools (module doc)."""
+    """One partition of the worker's log, shaped as the engine's log for the tools (module doc)."""
 
     def __init__(self, log: KafkaPartitionLog, models: PartitionState) -> None:
         self.log = log

@@ -14,7 +14,7 @@ folded from offset 0 up to it, with the replay loop ``memstream rebuild --kafka`
   appends, a little after ``occurred_at``, so an instant copied from ``history`` would miss
   its own event).
 
-The last few states built are kept (as the embedded engine does), per node, keyed by
+The last few states built are kept (as the embedded engine does), per worker, keyed by
 partition and stop.
 """
 
@@ -47,7 +47,7 @@ class FoldedModels(Protocol):
 
 class _Host:
     """What a ``View`` asks of the engine it was built by: the settings and query embeddings.
-    A cached view keeps only this, not the live read models of a partition the node may lose."""
+    A cached view keeps only this, not the live read models of a partition the worker may lose."""
 
     def __init__(self, settings: Settings, embedders: Embedders) -> None:
         self.settings = settings
