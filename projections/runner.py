@@ -61,6 +61,21 @@ def digest_of(projection: Projection) -> str:
 ProgressFn = Callable[[int, int], None]
 
 
+class FoldedModels(Protocol):
+    """Read models folded up to a point of a log: a runner's, or a Kafka worker's of one
+    partition (api/kafka/worker/). ``offset`` is the last event they include (-1: none)."""
+
+    @property
+    def projections(self) -> Sequence[Projection]: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
+        """Fold the record at ``offset``: its encoded event, and its vector attachment if any."""
+        ...
+
+
 class ProjectionRunner:
     """Folds the projections its factories make; a projection whose checkpoint cannot be
     loaded is replaced by a fresh one from the same factory."""
@@ -96,6 +111,11 @@ class ProjectionRunner:
         if not isinstance(p, model.kind):
             raise TypeError(f"read model {model.name!r} is a {type(p).__name__}, not a {model.kind.__name__}")
         return p
+
+    @property
+    def events_since_checkpoint(self) -> int:
+        """Events folded since the last checkpoint was written (or since start-up)."""
+        return self._since_checkpoint
 
     @property
     def offset(self) -> int:
@@ -164,6 +184,16 @@ class ProjectionRunner:
             if progress is not None:
                 progress(pos, end)
         return applied
+
+    def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
+        """Fold one record into every projection that has not applied it (``FoldedModels``)."""
+        ev = decode(value)
+        if vector is not None:
+            ev["vector"] = vector
+        for p in self.projections:
+            if offset > p.offset:
+                p.apply(offset, ev)
+                p.offset = offset
 
     def digests(self) -> dict[str, str]:
         return {p.name: digest_of(p) for p in self.projections}

@@ -41,10 +41,11 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from memstream.streams.events import decode, parse_ref
-from memstream.streams.log.port import resolved
+from pydantic import BaseModel
+
+from memstream.streams.events import parse_ref
 
 log = logging.getLogger(__name__)
 
@@ -285,39 +286,41 @@ def classified(name: str) -> bool:
     return name in AGENT_SCOPED or name in RECORD_SCOPED or name in AGENT_LISTS or name in PROCESS_WIDE
 
 
-def owner_or_history(engine: Any, kind: str, ident: int) -> str | list[int]:
-    """The agent of a live record, else the log offset of its first event, if any (the event
-    names the agent: deleted records keep their history). Run it inside ``engine.read``."""
-    table = engine.memories.rows if kind == "mem" else engine.episodes.rows
-    row = table.get(ident)
-    if row is not None:
-        return str(row.agent_id)
-    return list(engine.history.of(f"{kind}:{ident}"))[:1]
-
-
-async def _owner(engine: Any, kind: str, ident: int) -> str | None:
-    """The agent a record belongs to; deleted records are found through their history.
-
-    An engine that holds no read models of its own (Kafka mode's router) answers through its
-    ``record_owner(kind, ident)`` instead: it asks the worker holding the record's partition."""
-    lookup = getattr(engine, "record_owner", None)
-    if lookup is not None:
-        found_remotely: str | None = await lookup(kind, ident)
-        return found_remotely
-    found = await engine.read(lambda: owner_or_history(engine, kind, ident))
-    if isinstance(found, str):
-        return found
-    if not found:
-        return None
-    records = await resolved(engine.log.read_offsets(found))
-    return str(decode(records[0].value)["scope"]["agent_id"]) if records else None
-
-
 def _agent(value: Any) -> str:
     return value if isinstance(value, str) and value else WILDCARD
 
 
-async def demands(engine: Any, tool: Any, args: Any) -> list[Demand]:
+class RecordOwners(Protocol):
+    """Who owns a record named by id: an engine (from its read models, api/services/owners.py),
+    or Kafka mode's router (it asks the worker holding the record's partition)."""
+
+    async def record_owner(self, kind: str, ident: int) -> str | None: ...
+
+
+class ToolFacts(Protocol):
+    """What the policy needs to know of a tool."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def writes(self) -> bool: ...
+
+    @property
+    def admin(self) -> bool: ...
+
+
+class Principal(Protocol):
+    """Who calls, as the face authenticated them."""
+
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def authenticated(self) -> bool: ...
+
+
+async def demands(owners: RecordOwners, tool: ToolFacts, args: BaseModel) -> list[Demand]:
     """The grants a validated call needs. Unclassified tools need the admin grant (fail closed)."""
     name = tool.name
     level = WRITE if tool.writes else READ
@@ -351,7 +354,7 @@ async def demands(engine: Any, tool: Any, args: Any) -> list[Demand]:
             except (ValueError, TypeError):
                 parsed = False
             else:
-                owner = await _owner(engine, kind, ident)
+                owner = await owners.record_owner(kind, ident)
         if claimed:
             out.append(Demand(claimed, level))
         if owner is not None and owner != claimed:
@@ -395,14 +398,16 @@ def explain(client: Client | None, demand: Demand) -> str:
     return f"this client's grant on this agent is {LEVEL_NAMES[effective_permission(client.grants, demand.agent)]}"
 
 
-async def authorize(engine: Any, config: AclConfig, caller: Any, tool: Any, args: Any) -> tuple[Demand, str] | None:
+async def authorize(
+    owners: RecordOwners, config: AclConfig, caller: Principal, tool: ToolFacts, args: BaseModel
+) -> tuple[Demand, str] | None:
     """None when the call may run; else the first unmet demand and why."""
-    if not getattr(caller, "authenticated", False):
+    if not caller.authenticated:
         # A face that authenticated nobody reached dispatch in ACL mode: a wiring bug; deny.
         log.error("ACL: unauthenticated caller %r reached %s while ACL mode is active", caller.client_id, tool.name)
         return Demand("", READ, named=False), "no authenticated principal"
     client = config.client(caller.client_id)
-    for demand in await demands(engine, tool, args):
+    for demand in await demands(owners, tool, args):
         if client is None or not client.permits(demand):
             return demand, explain(client, demand)
     return None

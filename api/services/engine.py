@@ -12,14 +12,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from memstream.api.services import owners, ports
 from memstream.api.services.acl import AclConfig
 from memstream.api.services.embedders import Embedders
 from memstream.api.services.embedding import Embedder
+from memstream.api.services.failures import mark_rejected
+from memstream.api.services.health import EmbeddedHealth
+from memstream.api.services.jobs import ReembedJob
 from memstream.api.services.metrics import Metrics
-from memstream.api.services.point_in_time import PointInTime, View
+from memstream.api.services.point_in_time import PointInTime
+from memstream.api.services.ports import Reads, SupersededProvider
 from memstream.api.services.settings import Settings
 from memstream.projections.associations import AssociationsProjection
 from memstream.projections.catalog import (
@@ -47,6 +51,7 @@ from memstream.projections.versions import VersionsProjection
 from memstream.streams.buses.embedded import EmbeddedCommandBus
 from memstream.streams.commands import Command
 from memstream.streams.decision.limits import Limits
+from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, Embedding, decode
 from memstream.streams.folding import freeze_long_lived
 from memstream.streams.log.port import Committed
@@ -56,20 +61,6 @@ from memstream.streams.snapshots import SnapshotStore
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# Within one tool call: whether the decider refused (and so audited) its command, and the
-# failure's code (not_found, locked, conflict, ...), which the HTTP face turns into a status.
-REFUSAL_AUDITED: ContextVar[bool] = ContextVar("memstream_refusal_audited", default=False)
-FAILURE_CODE: ContextVar[str | None] = ContextVar("memstream_failure_code", default=None)
-
-
-def mark_failure(code: str) -> None:
-    """A handler refusing on its own (before any command) names the kind of failure."""
-    FAILURE_CODE.set(code)
-
-
-# A provider of "these refs are superseded by those": (agent_id, refs) -> {ref: [newer refs]}.
-SupersededProvider = Callable[[str, Sequence[str]], Mapping[str, Sequence[str]]]
 
 
 class Engine:
@@ -102,9 +93,10 @@ class Engine:
         self.embedders = Embedders(settings, embedder, embedders)
         self.point_in_time = PointInTime(self, lambda: read_models(None))
         self._read_lock = asyncio.Lock()
-        self.jobs: dict[str, Any] = {}  # background admin jobs by kind (see api/tools/admin.py)
+        self.jobs: dict[str, ReembedJob] = {}  # background admin jobs by kind (see api/tools/admin.py)
         self.metrics = Metrics()  # served at GET /metrics (api/services/metrics.py)
         self.metrics.bind(self)
+        self._health = EmbeddedHealth(self.log, self.bus, self.runner, self.snapshots)
         # The access policy dispatch enforces; None: anonymous full access. Set by the faces
         # from MEMSTREAM_ACL_FILE (api/services/acl.py), before they serve anything.
         self.acl: AclConfig | None = None
@@ -195,7 +187,7 @@ class Engine:
             return
         self._started = False
         for job in self.jobs.values():
-            task = getattr(job, "task", None)
+            task = job.task
             if task is not None and not task.done():
                 task.cancel()  # resumable by design: what it appended stays, the rest is redone
                 await asyncio.gather(task, return_exceptions=True)
@@ -213,12 +205,22 @@ class Engine:
     async def submit(self, command: Command) -> Committed:
         committed = await self.bus.submit(command)
         if committed.outcome.result == "rejected":
-            REFUSAL_AUDITED.set(True)  # the bus wrote its audit record
-            FAILURE_CODE.set(committed.outcome.error or "invalid")
+            mark_rejected(committed.outcome.error)  # the bus wrote its audit record
         return committed
 
     async def refuse(self, record: AuditRecord) -> None:
         await self.bus.record_refusal(record)
+
+    @property
+    def decision_state(self) -> DecisionState | None:
+        """The decider's state (set once the bus has started): which command ids were decided."""
+        return self.bus.state
+
+    async def record_owner(self, kind: str, ident: int) -> str | None:
+        return await owners.record_owner(self, kind, ident)
+
+    def health(self) -> EmbeddedHealth:
+        return self._health
 
     def embedder_for(self, model: str | None) -> Embedder:
         return self.embedders.embedder_for(model)
@@ -254,7 +256,7 @@ class Engine:
 
     # -- reads ------------------------------------------------------------------------------
 
-    async def at(self, as_of: int | str | None) -> Engine | View:
+    async def at(self, as_of: int | str | None) -> Reads:
         """This engine for a read "now", or a view of the state at ``as_of`` (H3)."""
         if as_of is None:
             return self
@@ -275,3 +277,8 @@ class Engine:
             elif lag > 0:
                 await asyncio.get_running_loop().run_in_executor(None, self.fold, "catch-up", self.runner, end)
             return query()
+
+
+def _offers_the_surface(engine: Engine) -> ports.Engine:
+    """Never called: mypy checks here that the embedded engine offers everything a tool may ask."""
+    return engine

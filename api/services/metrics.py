@@ -11,14 +11,16 @@ Each engine has its own registry, so two servers in one process (tests) never mi
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
+
+from memstream.api.services.jobs import ReembedJob
 
 # Which face a call came in through: set by the face before it dispatches ("http", "mcp");
 # calls made in-process (the CLI, tests, background jobs) are "python".
@@ -57,10 +59,29 @@ class FoldProgress:
         self.running = False
 
 
+class LogEnds(Protocol):
+    def end_offset(self) -> int: ...
+
+    def audit_end_offset(self) -> int: ...
+
+
+class Scraped(Protocol):
+    """What a scrape reads of an engine: its log's ends, how far its read models reach, its jobs."""
+
+    @property
+    def log(self) -> LogEnds: ...
+
+    @property
+    def applied_offset(self) -> int: ...
+
+    @property
+    def jobs(self) -> Mapping[str, ReembedJob]: ...
+
+
 class _EngineCollector(Collector):
     """Log and read-model figures, read at scrape time."""
 
-    def __init__(self, engine: Any, metrics: Metrics) -> None:
+    def __init__(self, engine: Scraped, metrics: Metrics) -> None:
         self.engine = engine
         self.metrics = metrics
 
@@ -81,7 +102,7 @@ class _EngineCollector(Collector):
             yield GaugeMetricFamily(
                 "memstream_audit_end_offset", "Offset the next audit record will get", value=audit_end
             )
-            applied = eng.runner.offset
+            applied = eng.applied_offset
             yield GaugeMetricFamily(
                 "memstream_projection_offset", "Last log offset every read model has applied", value=applied
             )
@@ -107,10 +128,9 @@ class _EngineCollector(Collector):
         jobs = GaugeMetricFamily(
             "memstream_job_events_done", "Progress of background admin jobs (re-embed)", labels=["job", "of"]
         )
-        for name, job in sorted(getattr(eng, "jobs", {}).items()):
-            if hasattr(job, "done") and hasattr(job, "total"):
-                jobs.add_metric([name, "done"], float(job.done))
-                jobs.add_metric([name, "total"], float(job.total))
+        for name, job in sorted(eng.jobs.items()):
+            jobs.add_metric([name, "done"], float(job.done))
+            jobs.add_metric([name, "total"], float(job.total))
         yield jobs
 
 
@@ -141,7 +161,7 @@ class Metrics:
         self._latency: dict[tuple[str, str], Any] = {}
         self._errors: dict[tuple[str, str], Any] = {}
 
-    def bind(self, engine: Any) -> None:
+    def bind(self, engine: Scraped) -> None:
         self.registry.register(_EngineCollector(engine, self))
 
     def observe_call(self, tool: str, face: str, seconds: float, code: str | None) -> None:

@@ -12,28 +12,41 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
-from memstream.projections.runner import ProjectionRunner
-from memstream.streams.events import decode, parse_time
+from memstream.api.services.inputs import InputError, parse_timestamp
+from memstream.api.services.named_models import NamedModels
+from memstream.api.services.ports import Reads
+from memstream.api.services.settings import Settings
+from memstream.projections.runner import FoldedModels, Projection, ProjectionRunner
+from memstream.streams.events import Embedding, decode, parse_time
+from memstream.streams.log.port import EventLog
 
 T = TypeVar("T")
 CACHED_STATES = 2
 
 
-class Folded(Protocol):
-    """Read models folded to some point: a ``ProjectionRunner``, or a Kafka worker's
-    ``PartitionModels`` (``api/kafka/worker/point_in_time.py``)."""
+class ViewHost(Protocol):
+    """What a view asks of the engine that built it: the settings, and query embeddings."""
 
     @property
-    def projections(self) -> Sequence[Any]: ...
+    def settings(self) -> Settings: ...
+
+    async def embed(self, texts: Sequence[str], *, model: str | None = None) -> list[Embedding | None]: ...
+
+
+class Replays(ViewHost, Protocol):
+    """What building a view needs of the embedded engine: its log, and a fold with progress."""
+
+    @property
+    def log(self) -> EventLog: ...
+
+    def fold(self, kind: str, runner: ProjectionRunner, stop: int | None = None) -> int: ...
 
 
 def offset_stop(as_of: int, end: int, where: str = "the log's end") -> int:
     """The stop (exclusive) of the state that includes offset ``as_of`` of a log (or partition)
     whose next offset is ``end``; raises ``InputError`` for an offset outside it."""
-    from memstream.api.tools.sanitize import InputError
-
     if as_of < 0:
         raise InputError(f"as_of offset {as_of} is negative")
     if as_of >= end:
@@ -43,40 +56,35 @@ def offset_stop(as_of: int, end: int, where: str = "the log's end") -> int:
 
 def as_of_instant(as_of: str) -> datetime:
     """The instant an ``as_of`` string names; raises ``InputError`` for a bad or empty one."""
-    from memstream.api.tools.sanitize import InputError, parse_timestamp
-
     when = parse_timestamp(as_of, "as_of")
     if when is None:
         raise InputError("as_of is empty: give a log offset or an ISO-8601 time")
     return when
 
 
-class View:
-    """The read models at one point of the log."""
+class View(NamedModels):
+    """The read models at one point of the log: the ``Reads`` of api/services/ports.py."""
 
-    # Set from ``read_models()`` by name in ``__init__``; the ones this class itself uses:
-    vectors: Any
-
-    def __init__(self, engine: Any, runner: Folded, stop: int) -> None:
-        self.engine = engine
-        self.settings = engine.settings
+    def __init__(self, host: ViewHost, models: FoldedModels, stop: int) -> None:
+        super().__init__(models.projections)
+        self.host = host
+        self.settings = host.settings
         self.stop = stop
-        # Each read model under its own name (memories, episodes, ..., standings, versions), so a
-        # read model added to ``read_models()`` is served "as of" without touching this class.
-        for p in runner.projections:
-            setattr(self, p.name, p)
 
     async def read(self, query: Callable[[], T]) -> T:
         return query()
 
-    async def embed(self, texts: Any, *, agent_id: str | None = None) -> Any:
-        """Embedded with the model the agent's vectors had at this point in time."""
-        model = self.vectors.model_of(agent_id) if agent_id is not None else None
-        return await self.engine.embed(texts, model=model)
+    async def embed(
+        self, texts: Sequence[str], *, agent_id: str | None = None, model: str | None = None
+    ) -> list[Embedding | None]:
+        """Embedded with ``model``, else the model the agent's vectors had at this point in time."""
+        if model is None and agent_id is not None:
+            model = self.vectors.model_of(agent_id)
+        return await self.host.embed(texts, model=model)
 
 
 class PointInTime:
-    def __init__(self, engine: Any, read_models: Callable[[], list[Any]]) -> None:
+    def __init__(self, engine: Replays, read_models: Callable[[], list[Projection]]) -> None:
         self.engine = engine
         self.read_models = read_models
         self._cache: OrderedDict[int, View] = OrderedDict()
@@ -121,3 +129,9 @@ class PointInTime:
             else:
                 hi = mid
         return lo
+
+
+def _offers_the_surface(view: View, runner: ProjectionRunner) -> tuple[Reads, FoldedModels]:
+    """Never called: mypy checks here that a view offers what a read asks, and that a runner's
+    read models are folded models (as a Kafka worker's are)."""
+    return view, runner

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memstream.api.services.embedding import Embedder
-from memstream.api.services.engine import Engine
+from memstream.api.services.ports import Engine, ReadModels
 from memstream.streams import commands as c
 from memstream.streams.decision.keys import content_key
 from memstream.streams.events import Actor, Embedding, Scope, new_id, utcnow
@@ -69,7 +69,7 @@ class ReembedReport:
         }
 
 
-def pending_for(engine: Engine, agent_id: str, model: str) -> list[Pending]:
+def pending_for(engine: ReadModels, agent_id: str, model: str) -> list[Pending]:
     """Live records of the agent without a vector of ``model``, oldest first (call under read)."""
     out = []
     for m in engine.memories.of_agent(agent_id):
@@ -83,7 +83,7 @@ def pending_for(engine: Engine, agent_id: str, model: str) -> list[Pending]:
     return out
 
 
-def known_agents(engine: Engine) -> list[str]:
+def known_agents(engine: ReadModels) -> list[str]:
     """Every agent with a live memory or episode (call under read)."""
     return sorted(set(engine.memories.by_agent) | set(engine.episodes.by_agent))
 
@@ -184,7 +184,7 @@ class Reembedder:
                     content_key=item.key,
                 )
             )
-        for committed in await asyncio.gather(*(self.engine.bus.submit(cmd) for cmd in commands)):
+        for committed in await asyncio.gather(*(self.engine.submit(cmd) for cmd in commands)):
             if committed.outcome.result == "applied":
                 rep.reembedded += 1
                 self.done += 1

@@ -15,8 +15,9 @@ from typing import Any
 from pydantic import Field, StrictInt, StrictStr
 
 from memstream.api.services.embedding import EmbeddingError
-from memstream.api.services.engine import mark_failure
+from memstream.api.services.failures import mark_failure
 from memstream.api.services.jobs import ReembedJob
+from memstream.api.services.ports import Engine
 from memstream.api.services.reembed import Reembedder
 from memstream.api.tools.common import Flag
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
@@ -37,7 +38,7 @@ class StatusArgs(ToolArgs):
     pass
 
 
-async def reembed(engine: Any, caller: Caller, args: ReembedArgs) -> dict[str, Any]:
+async def reembed(engine: Engine, caller: Caller, args: ReembedArgs) -> dict[str, Any]:
     current = engine.jobs.get("reembed")
     if current is not None and current.task is not None and not current.task.done():
         mark_failure("conflict")
@@ -67,7 +68,7 @@ async def reembed(engine: Any, caller: Caller, args: ReembedArgs) -> dict[str, A
     return {"ok": True, "job": job.status()}
 
 
-async def reembed_status(engine: Any, caller: Caller, args: StatusArgs) -> dict[str, Any]:
+async def reembed_status(engine: Engine, caller: Caller, args: StatusArgs) -> dict[str, Any]:
     job = engine.jobs.get("reembed")
     return {"job": job.status() if job is not None else None}
 

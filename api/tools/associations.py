@@ -13,23 +13,25 @@ import dataclasses
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
+import numpy as np
 import orjson
 from pydantic import Field, StrictInt, StrictStr
 
 from memstream.api.query.recall.pipeline import RecallRequest, row_of, run_recall
 from memstream.api.query.reconstruct import core
-from memstream.api.services.engine import mark_failure
+from memstream.api.services.failures import mark_failure
+from memstream.api.services.ports import Engine, ReadModels, Reads
+from memstream.api.services.settings import Settings
 from memstream.api.services.tokens import count_tokens
-from memstream.api.tools.common import Flag, Name, SessionKey, WriteArgs, envelope
-from memstream.api.tools.reads import AS_OF_HELP, AsOf, state_at
-from memstream.api.tools.recall import _time_bounds
+from memstream.api.tools.common import Flag, Name, SessionKey, WriteArgs
+from memstream.api.tools.declarations import EMPTY_REPORT, run_declaration
+from memstream.api.tools.points import AS_OF_HELP, AsOf, state_at, time_bounds
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.sanitize import InputError
-from memstream.projections.associations import query_terms, record_links, traverse
+from memstream.projections.associations import Readable, query_terms, record_links, traverse
 from memstream.projections.records import EpisodeRow, MemoryRow
 from memstream.projections.scope import ScopeFilter
-from memstream.streams import commands as c
-from memstream.streams.events import new_id, parse_time
+from memstream.streams.events import parse_time
 
 # -- declare_associations -------------------------------------------------------------------------
 
@@ -57,36 +59,7 @@ class DeclareArgs(WriteArgs):
     project_id: Name | None = None
 
 
-EMPTY_REPORT: Final[dict[str, Any]] = {"entities": [], "mentions": 0, "relations": [], "dropped": []}
-
-
-async def run_declaration(
-    engine: Any,
-    caller: Caller,
-    args: WriteArgs,
-    agent_id: str,
-    project_id: str | None,
-    channel: str | None,
-    associations: dict[str, Any] | None,
-    anchor_ref: str,
-    retract: dict[str, Any] | None,
-    command_id: str | None = None,
-) -> dict[str, Any]:
-    """Submit one declaration; the caller's report (CPersona's shape), or a refusal."""
-    env = envelope(caller, args, agent_id, project_id, channel)
-    if command_id is not None:
-        env["command_id"] = command_id
-    cmd = c.DeclareAssociations(
-        **env, associations=associations or None, anchor_ref=anchor_ref, retract=retract or None
-    )
-    out = (await engine.submit(cmd)).outcome
-    if out.result == "rejected":
-        return {"ok": False, "error": out.reason or "rejected", "result": "rejected", **EMPTY_REPORT}
-    report: dict[str, Any] = out.detail.get("report") or dict(EMPTY_REPORT)
-    return {"ok": True, "result": "declared", **report}
-
-
-async def declare_associations(engine: Any, caller: Caller, args: DeclareArgs) -> dict[str, Any]:
+async def declare_associations(engine: Engine, caller: Caller, args: DeclareArgs) -> dict[str, Any]:
     if not args.agent_id:
         mark_failure("invalid")
         return {"ok": False, "error": "agent_id is required", "result": "rejected", **EMPTY_REPORT}
@@ -103,29 +76,10 @@ async def declare_associations(engine: Any, caller: Caller, args: DeclareArgs) -
     )
 
 
-async def store_rider(
-    engine: Any,
-    caller: Caller,
-    args: WriteArgs,
-    agent_id: str,
-    project_id: str | None,
-    channel: str | None,
-    memory_id: int,
-    associations: dict[str, Any],
-) -> dict[str, Any]:
-    """``store(associations=…)``: the declaration anchored on the stored (or echoed) record. Its
-    report rides on the store answer; a malformed item is dropped there, never the memory."""
-    command_id = f"{args.command_id}:associations" if args.command_id else new_id()
-    body = await run_declaration(
-        engine, caller, args, agent_id, project_id, channel, associations, f"mem:{memory_id}", None, command_id
-    )
-    return {k: body[k] for k in ("entities", "mentions", "relations", "dropped")}
-
-
 # -- shared read helpers --------------------------------------------------------------------------
 
 
-def _readable(engine: Any, agent_id: str, scope: ScopeFilter, source_id: str) -> Any:
+def _readable(engine: ReadModels, agent_id: str, scope: ScopeFilter, source_id: str) -> Readable:
     """Whether the caller could read a record directly: this agent's, in scope, matching
     ``source_id`` (an episode only where recall would return one: no source_id, or a channel)."""
 
@@ -158,7 +112,7 @@ class TraverseArgs(ToolArgs):
     as_of: AsOf | None = Field(default=None, description=AS_OF_HELP)
 
 
-async def traverse_tool(engine: Any, caller: Caller, args: TraverseArgs) -> dict[str, Any]:
+async def traverse_tool(engine: Engine, caller: Caller, args: TraverseArgs) -> dict[str, Any]:
     if not args.agent_id:
         mark_failure("invalid")
         return {"ok": False, "error": "agent_id is required", "entities": [], "relations": []}
@@ -231,7 +185,7 @@ def json_tokens(value: Any) -> int:
     return count_tokens(orjson.dumps(value).decode())
 
 
-def _row(engine: Any, ref: str, rank: int) -> core.Row | None:
+def _row(engine: ReadModels, ref: str, rank: int) -> core.Row | None:
     raw = row_of(engine, ref)
     if isinstance(raw, MemoryRow):
         as_of = raw.timestamp or raw.created_at
@@ -283,7 +237,7 @@ def _lite_item(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def reconstruct(engine: Any, caller: Caller, args: ReconstructArgs) -> dict[str, Any]:
+async def reconstruct(engine: Engine, caller: Caller, args: ReconstructArgs) -> dict[str, Any]:
     if args.mode is not None and args.lite:
         return _fail('pass mode or lite, not both: lite=true is mode "lite"')
     if not args.agent_id:
@@ -292,7 +246,7 @@ async def reconstruct(engine: Any, caller: Caller, args: ReconstructArgs) -> dic
     if not query:
         return _fail("query is required")
     try:
-        after, before = _time_bounds(args.time_cue)
+        after, before = time_bounds(args.time_cue)
     except InputError as exc:
         return _fail(str(exc))
     src = await state_at(engine, args.as_of)
@@ -338,7 +292,7 @@ class Plan:
 
 
 def candidates(
-    engine: Any, settings: Any, req: RecallRequest, vec: Any, model: str | None, terms: list[str]
+    engine: Reads, settings: Settings, req: RecallRequest, vec: np.ndarray | None, model: str | None, terms: list[str]
 ) -> tuple[list[str], bool]:
     """Stage 1: the candidate refs, most relevant first, and whether any retriever found anything.
 
@@ -362,7 +316,9 @@ def candidates(
     return order[: req.limit], found
 
 
-def assemble(engine: Any, settings: Any, req: RecallRequest, vec: Any, model: str | None, plan: Plan) -> dict[str, Any]:
+def assemble(
+    engine: Reads, settings: Settings, req: RecallRequest, vec: np.ndarray | None, model: str | None, plan: Plan
+) -> dict[str, Any]:
     """The whole reconstruction over one consistent state (runs under the read lock)."""
     agent = req.scope.agent_id
     graph = engine.associations.graph(agent)

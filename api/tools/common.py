@@ -15,6 +15,11 @@ SessionKey = Annotated[StrictStr, Field(max_length=256)]
 CommandId = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 Flag = StrictBool
 
+# Recall precision levels and their specificity weights (``set_recall_precision``,
+# ``get_recall_precision``); an agent without one reads as the global level.
+BETAS = {"strict": 2.0, "balanced": 1.0, "lenient": 0.5}
+GLOBAL_PRECISION = "balanced"
+
 
 class WriteArgs(ToolArgs):
     """Every write accepts ``command_id`` (memstream's addition): a retry with the same id gets

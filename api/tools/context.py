@@ -8,8 +8,9 @@ gather the facts a decision needs, and hand them to the pure functions in ``api/
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import Field, StrictInt, StrictStr
 
@@ -17,23 +18,33 @@ from memstream.api.query.context.package import Source, build_package, expand, s
 from memstream.api.query.context.packet import Hit, Recalled, judge, superseded_refs
 from memstream.api.query.recall.gate import GateConfig, keyed_signal
 from memstream.api.query.recall.pipeline import RecallRequest, RecallResult, row_of, run_recall
-from memstream.api.services.engine import mark_failure
+from memstream.api.services.failures import mark_failure
+from memstream.api.services.ports import Engine, ReadModels
 from memstream.api.services.tokens import TOKENIZER, WORDPIECE
 from memstream.api.tools.common import Flag, Id, Name, envelope
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.writes import MemoryIdArgs, memory_owner
+from memstream.projections.records import EpisodeRow, MemoryRow
 from memstream.projections.scope import ScopeFilter
 from memstream.streams import commands as c
 from memstream.streams.events import parse_ref, parse_time
 
 Query = Annotated[StrictStr, Field(max_length=100_000)]
+F = TypeVar("F")
 
 
-def _text_of(ref: str, row: Any) -> str:
-    return row.content if ref.startswith("mem:") else row.summary
+def _text_of(ref: str, row: MemoryRow | EpisodeRow) -> str:
+    return row.content if isinstance(row, MemoryRow) else row.summary
 
 
-async def _recall(engine: Any, scope: ScopeFilter, query: str, limit: int, deep: bool, facts: Any) -> Any:
+async def _recall(
+    engine: Engine,
+    scope: ScopeFilter,
+    query: str,
+    limit: int,
+    deep: bool,
+    facts: Callable[[RecallResult, GateConfig], F],
+) -> F:
     """Recall ``query`` in ``scope`` and, under the same read lock, turn the result into what
     the caller needs (``facts(result, cfg)``): one consistent state for both."""
     vec = model = None
@@ -43,7 +54,7 @@ async def _recall(engine: Any, scope: ScopeFilter, query: str, limit: int, deep:
             vec, model = emb.vector(), emb.model
     req = RecallRequest(scope=scope, query=query, limit=limit, deep=deep)
 
-    def run() -> Any:
+    def run() -> F:
         s = engine.settings
         result = run_recall(engine, s, req, vec, model)
         cfg = GateConfig(s.rrf_k, engine.precision.gate_of(scope.agent_id), s.confidence_enabled, s.confidence_ordering)
@@ -75,7 +86,7 @@ class ContextPackageArgs(ToolArgs):
     deep: Flag = Field(default=False, description="Search deeper candidate lists.")
 
 
-async def context_package(engine: Any, caller: Caller, args: ContextPackageArgs) -> dict[str, Any]:
+async def context_package(engine: Engine, caller: Caller, args: ContextPackageArgs) -> dict[str, Any]:
     """A6: ``summary[]`` + ``anchors[]`` under ``maxContextTokens`` with ``tokenBudget``; with
     ``anchorId``, exactly that anchor expanded (refill)."""
     budget = args.maxContextTokens or engine.settings.context_max_tokens
@@ -101,7 +112,7 @@ async def context_package(engine: Any, caller: Caller, args: ContextPackageArgs)
     return {"query": args.query, **body, "tokenizer": TOKENIZER}
 
 
-async def _refill(engine: Any, args: ContextPackageArgs, budget: int) -> dict[str, Any]:
+async def _refill(engine: Engine, args: ContextPackageArgs, budget: int) -> dict[str, Any]:
     assert args.anchorId is not None
     try:
         kind, ident = parse_ref(args.anchorId)
@@ -131,7 +142,7 @@ class ContextPacketArgs(ToolArgs):
     )
 
 
-async def context_packet(engine: Any, caller: Caller, args: ContextPacketArgs) -> dict[str, Any]:
+async def context_packet(engine: Engine, caller: Caller, args: ContextPacketArgs) -> dict[str, Any]:
     """A7: exactly one of know / miss, with the delivered items split verified / stale_risk."""
     if not args.query.strip():
         return _empty_query("context_packet")
@@ -173,7 +184,7 @@ async def context_packet(engine: Any, caller: Caller, args: ContextPacketArgs) -
     return packet.wire()
 
 
-def _visible(engine: Any, scope: ScopeFilter, ref: str) -> bool:
+def _visible(engine: ReadModels, scope: ScopeFilter, ref: str) -> bool:
     """A superseding record counts only if the asker's scope can read it (R10)."""
     row = row_of(engine, ref)
     return row is not None and row.agent_id == scope.agent_id and scope.admits(row.project_id, row.channel)
@@ -187,7 +198,7 @@ class VerifyArgs(MemoryIdArgs):
     note: Annotated[StrictStr, Field(max_length=4000)] | None = Field(default=None, description="How it was checked.")
 
 
-async def verify_memory(engine: Any, caller: Caller, args: VerifyArgs) -> dict[str, Any]:
+async def verify_memory(engine: Engine, caller: Caller, args: VerifyArgs) -> dict[str, Any]:
     """Mark a memory verified now: freshness (packets' ``stale``) counts from here."""
     owner = await memory_owner(engine, args)
     if owner is None:

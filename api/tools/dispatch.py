@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from pydantic import ValidationError
 
 from memstream.api.services.acl import WILDCARD, AclConfig, authorize, denial
 from memstream.api.services.embedding import EmbeddingError
-from memstream.api.services.engine import FAILURE_CODE, REFUSAL_AUDITED
+from memstream.api.services.failures import FAILURE_CODE, REFUSAL_AUDITED
 from memstream.api.services.logs import log_call
 from memstream.api.services.metrics import FACE
-from memstream.api.tools.registry import REGISTRY, Caller, Handler, Tool, ToolArgs
+from memstream.api.services.ports import Audited, Engine, Guarded, ToolHost
+from memstream.api.tools.registry import REGISTRY, Caller, HandlerOf, Tool, ToolArgs
 from memstream.streams.events import Actor, AuditRecord, Scope, new_id, utcnow
 from memstream.streams.log.port import LogUnavailable
 
 log = logging.getLogger(__name__)
+
+H = TypeVar("H", bound=ToolHost)
 
 
 def failure(error: str, **extra: Any) -> dict[str, Any]:
@@ -40,14 +43,24 @@ def list_tools() -> list[dict[str, Any]]:
     ]
 
 
-async def dispatch(engine: Any, caller: Caller, name: str, raw: Any) -> dict[str, Any]:
+async def dispatch(engine: Engine, caller: Caller, name: str, raw: Any) -> dict[str, Any]:
     """Run tool ``name``. Never raises: every failure comes back as ``ok: false`` + ``error``."""
     body, _ = await run_tool(engine, caller, name, raw)
     return body
 
 
+@overload
+async def run_tool(engine: Engine, caller: Caller, name: str, raw: Any) -> tuple[dict[str, Any], str | None]: ...
+
+
+@overload
 async def run_tool(
-    engine: Any, caller: Caller, name: str, raw: Any, *, handler: Handler | None = None
+    engine: H, caller: Caller, name: str, raw: Any, *, handler: HandlerOf[H]
+) -> tuple[dict[str, Any], str | None]: ...
+
+
+async def run_tool(
+    engine: ToolHost, caller: Caller, name: str, raw: Any, *, handler: HandlerOf[Any] | None = None
 ) -> tuple[dict[str, Any], str | None]:
     """``dispatch`` plus a failure code for faces that have statuses: invalid, unknown_tool,
     not_found, locked, conflict, too_large, log_unavailable, embedding_unavailable, internal.
@@ -64,7 +77,7 @@ async def run_tool(
     tool = REGISTRY.get(name)
     label = name if tool is not None else "unknown"  # unknown names must not grow the label set
     face = FACE.get()
-    metrics = getattr(engine, "metrics", None)
+    metrics = engine.metrics
     if metrics is not None:
         metrics.observe_call(label, face, seconds, code)
     log_call(label, face, caller.client_id, _agent_of(raw), seconds, code, bool(tool and tool.writes))
@@ -83,8 +96,9 @@ def _agent_of(raw: Any) -> str | None:
 
 
 async def _run_tool(
-    engine: Any, caller: Caller, name: str, raw: Any, handler: Handler | None = None
+    engine: ToolHost, caller: Caller, name: str, raw: Any, handler: HandlerOf[Any] | None = None
 ) -> tuple[dict[str, Any], str | None]:
+    """``handler`` (else the tool's own) takes ``engine``: ``run_tool``'s overloads pair them."""
     tool = REGISTRY.get(name)
     if tool is None:
         await _audit(engine, caller, name[:100], raw, "unknown tool")
@@ -104,7 +118,7 @@ async def _run_tool(
         args = tool.args.model_validate(raw)
     except ValidationError as exc:
         return await _refuse(engine, caller, name, raw, f"invalid arguments: {describe_validation(exc)}"), "invalid"
-    acl = getattr(engine, "acl", None)
+    acl = engine.acl
     if acl is not None:  # ACL mode (api/services/acl.py): the caller's grants must cover the call
         denied = await enforce_grants(engine, acl, caller, tool, args, raw)
         if denied is not None:
@@ -112,7 +126,8 @@ async def _run_tool(
     REFUSAL_AUDITED.set(False)
     FAILURE_CODE.set(None)
     try:
-        body = await (handler or tool.handler)(engine, caller, args)
+        run: HandlerOf[Any] = handler or tool.handler
+        body = await run(engine, caller, args)
     except LogUnavailable as exc:
         log.error("tool %s: log unavailable: %s", name, exc)
         return failure(f"log_unavailable: {exc}"), "log_unavailable"
@@ -148,7 +163,7 @@ def validated(name: str, raw: Any) -> tuple[Tool, ToolArgs] | None:
 
 
 async def enforce_grants(
-    engine: Any, acl: AclConfig, caller: Caller, tool: Tool, args: ToolArgs, raw: Any
+    engine: Guarded, acl: AclConfig, caller: Caller, tool: Tool, args: ToolArgs, raw: Any
 ) -> dict[str, Any] | None:
     """None when the caller's grants cover the validated call; else the denial, once its audit
     record is written through ``engine.refuse`` (the same record in every mode)."""
@@ -174,13 +189,13 @@ async def enforce_grants(
     return denial(name, caller.client_id, demand, why)
 
 
-async def refuse(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:
+async def refuse(engine: Audited, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:
     """Refuse a call a face could not even hand to ``run_tool`` (e.g. an unparseable body):
     audited like any other refusal, answered in the tool's failure shape."""
     return await _refuse(engine, caller, name[:100], raw, why)
 
 
-async def _refuse(engine: Any, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:
+async def _refuse(engine: Audited, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:
     """Bad input changes nothing but the audit trail: who sent what, and why it was refused."""
     await _audit(engine, caller, name, raw, why)
     if name == "store":
@@ -189,7 +204,7 @@ async def _refuse(engine: Any, caller: Caller, name: str, raw: Any, why: str) ->
 
 
 async def _audit(
-    engine: Any,
+    engine: Audited,
     caller: Caller,
     name: str,
     raw: Any,

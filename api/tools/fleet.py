@@ -13,9 +13,10 @@ from typing import Annotated, Any
 
 from pydantic import Field, StrictStr
 
+from memstream.api.services.ports import Engine
 from memstream.api.tools.common import Flag, Name
-from memstream.api.tools.reads import AS_OF_HELP, AsOf
-from memstream.api.tools.recall import Limit, _recall, recall_args_from
+from memstream.api.tools.points import AS_OF_HELP, AsOf
+from memstream.api.tools.recall import Limit, answer_recall, recall_args_from
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 
 
@@ -32,11 +33,11 @@ class RecallFleetArgs(ToolArgs):
     as_of: AsOf | None = Field(default=None, description=AS_OF_HELP)
 
 
-async def recall_fleet(engine: Any, caller: Caller, args: RecallFleetArgs) -> dict[str, Any]:
+async def recall_fleet(engine: Engine, caller: Caller, args: RecallFleetArgs) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     for agent in dict.fromkeys(args.agent_ids):  # each agent once, in the order named
         inner = recall_args_from(args, agent_id=agent)
-        body, _ = await _recall(engine, inner)
+        body, _ = await answer_recall(engine, inner)
         if body.get("ok") is False:
             return {**body, "agent_id": agent}
         results.append({"agent_id": agent, **body})

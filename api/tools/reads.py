@@ -3,17 +3,17 @@ audit and health. Successful reads carry no ``ok`` (CPersona's rule); failures d
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, StrictStr
 
-from memstream.api.services.engine import mark_failure
-from memstream.api.tools.common import Flag, sql_time
+from memstream.api.services.failures import mark_failure
+from memstream.api.services.ports import Engine, HealthProbe, ReadModels
+from memstream.api.tools.common import BETAS, GLOBAL_PRECISION, Flag, sql_time
+from memstream.api.tools.points import AS_OF_HELP, AsOf, state_at
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.sanitize import InputError
 from memstream.api.tools.views import audit_entry, history_entry
-from memstream.api.tools.writes import BETAS, GLOBAL_PRECISION
 from memstream.projections.records import EpisodeRow, MemoryRow
 from memstream.streams.events import parse_ref
 from memstream.streams.log.port import resolved
@@ -30,10 +30,6 @@ class RangeRef(ToolArgs):
     block: Annotated[StrictInt, Field(ge=0)] | Pair | None = None
     span: Pair | None = None
     revision: StrictStr | None = None
-
-
-AsOf = Annotated[StrictInt, Field(ge=0)] | Annotated[StrictStr, Field(max_length=64)]
-AS_OF_HELP = "memstream: answer from the state at this log offset (int) or instant (ISO-8601)."
 
 
 class GetContentsArgs(ToolArgs):
@@ -67,16 +63,7 @@ def _item(kind: str, row: MemoryRow | EpisodeRow) -> tuple[dict[str, Any], str]:
     return item, row.summary
 
 
-async def state_at(engine: Any, as_of: int | str | None) -> Any:
-    """The engine, or a point-in-time view of it (H3); a failure dict for a bad ``as_of``."""
-    try:
-        return await engine.at(as_of)
-    except InputError as exc:
-        mark_failure("invalid")
-        return {"ok": False, "error": str(exc)}
-
-
-async def get_contents(engine: Any, caller: Caller, args: GetContentsArgs) -> dict[str, Any]:
+async def get_contents(engine: Engine, caller: Caller, args: GetContentsArgs) -> dict[str, Any]:
     if not args.agent_id:
         return {"ok": False, "error": "agent_id is required"}
     if not args.refs:
@@ -164,7 +151,7 @@ def _all_agents(by_agent: dict[str, dict[int, None]], table: dict[int, Any]) -> 
     return [table[i] for i in sorted(i for ids in by_agent.values() for i in ids)] if by_agent else []
 
 
-async def list_memories(engine: Any, caller: Caller, args: ListArgs) -> dict[str, Any]:
+async def list_memories(engine: Engine, caller: Caller, args: ListArgs) -> dict[str, Any]:
     src = await state_at(engine, args.as_of)
     if isinstance(src, dict):
         return src
@@ -202,7 +189,7 @@ class ListEpisodesArgs(ListArgs):
     limit: StrictInt = Field(default=50, ge=1, le=1_000_000, description="Most rows to return (capped at 500).")
 
 
-async def list_episodes(engine: Any, caller: Caller, args: ListEpisodesArgs) -> dict[str, Any]:
+async def list_episodes(engine: Engine, caller: Caller, args: ListEpisodesArgs) -> dict[str, Any]:
     src = await state_at(engine, args.as_of)
     if isinstance(src, dict):
         return src
@@ -236,12 +223,12 @@ class AgentReadArgs(ToolArgs):
     agent_id: StrictStr = Field(description="The agent.")
 
 
-async def get_profile(engine: Any, caller: Caller, args: AgentReadArgs) -> dict[str, Any]:
+async def get_profile(engine: Engine, caller: Caller, args: AgentReadArgs) -> dict[str, Any]:
     row = await engine.read(lambda: engine.profiles.rows.get(args.agent_id))
     return {"profile": row.content if row is not None else ""}
 
 
-async def get_recall_precision(engine: Any, caller: Caller, args: AgentReadArgs) -> dict[str, Any]:
+async def get_recall_precision(engine: Engine, caller: Caller, args: AgentReadArgs) -> dict[str, Any]:
     if not args.agent_id:
         return {"ok": False, "error": "agent_id is required"}
     override = await engine.read(lambda: engine.precision.of(args.agent_id))
@@ -271,7 +258,7 @@ class HistoryArgs(ToolArgs):
     limit: StrictInt = Field(default=1000, ge=1, le=10_000)
 
 
-async def history(engine: Any, caller: Caller, args: HistoryArgs) -> dict[str, Any]:
+async def history(engine: Engine, caller: Caller, args: HistoryArgs) -> dict[str, Any]:
     """H1: every event of a memory (or an agent), oldest first, with actor, time, offset, change."""
     if args.ref is None and not args.agent_id:
         return {"ok": False, "error": "give ref ('mem:<id>' / 'ep:<id>') or agent_id"}
@@ -302,7 +289,7 @@ class AuditArgs(ToolArgs):
     limit: StrictInt = Field(default=100, ge=1, le=10_000)
 
 
-async def audit_log(engine: Any, caller: Caller, args: AuditArgs) -> dict[str, Any]:
+async def audit_log(engine: Engine, caller: Caller, args: AuditArgs) -> dict[str, Any]:
     """H4: refused commands (who, what, why), and optionally the skipped ones."""
     kind = None if args.kind == "all" else args.kind
     try:
@@ -326,7 +313,7 @@ class HealthArgs(ToolArgs):
     session_key: Annotated[StrictStr, Field(max_length=256)] = ""
 
 
-def _embedding_issues(engine: Any, agent_id: str | None) -> list[dict[str, Any]]:
+def _embedding_issues(engine: ReadModels, agent_id: str | None) -> list[dict[str, Any]]:
     """Agents whose vectors are split between models: a re-embed started and not switched yet
     (running, or stopped and waiting to be run again)."""
     agents = [agent_id] if agent_id else sorted(engine.memories.by_agent)
@@ -336,12 +323,13 @@ def _embedding_issues(engine: Any, agent_id: str | None) -> list[dict[str, Any]]
         if len(models) > 1:
             current = engine.vectors.model_of(name)
             others = {m: n for m, n in sorted(models.items()) if m != current}
+            held = models.get(current, 0) if current is not None else 0
             out.append(
                 {
                     "check": "embedding",
                     "severity": "info",
                     "agent_id": name,
-                    "detail": f"re-embed under way or unfinished: recall uses {current!r} ({models.get(current, 0)} "
+                    "detail": f"re-embed under way or unfinished: recall uses {current!r} ({held} "
                     f"vectors); also {others}. Run `memstream reembed --model <model>` to finish it",
                 }
             )
@@ -352,22 +340,12 @@ HEALTH_CHECKS = ("log_readable", "log_writable", "projection_lag", "checkpoints"
 DEFAULT_CHECKS = ["log_readable", "log_writable", "projection_lag", "checkpoints", "embedding"]
 
 
-def _checkpoint_issues(engine: Any, end: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _checkpoint_issues(health: HealthProbe, every: int, end: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Checkpoints (snapshots) are an optimisation: a missing one costs a replay at start-up,
     never correctness. Missing ones on a log past one checkpoint interval, or folds that have
     gone two intervals without one (writes failing: disk full, permissions), are warnings."""
-    every = engine.settings.snapshot_every
-    names = [p.name for p in engine.runner.projections] + ["decision"]
-    now = time.time()
-    seen: dict[str, Any] = {}
-    missing = []
-    for name in names:
-        path = engine.snapshots.path(name)
-        try:
-            seen[name] = round(now - path.stat().st_mtime, 1)
-        except OSError:
-            seen[name] = None
-            missing.append(name)
+    seen = health.checkpoint_ages()
+    missing = [name for name, age in seen.items() if age is None]
     issues: list[dict[str, Any]] = []
     if missing and end >= every:
         issues.append(
@@ -378,7 +356,7 @@ def _checkpoint_issues(engine: Any, end: int) -> tuple[list[dict[str, Any]], dic
                 "replays them from offset 0 (`memstream rebuild` writes them)",
             }
         )
-    behind = getattr(engine.runner, "_since_checkpoint", 0)
+    behind = health.events_since_checkpoint()
     if behind >= 2 * every:
         issues.append(
             {
@@ -391,7 +369,7 @@ def _checkpoint_issues(engine: Any, end: int) -> tuple[list[dict[str, Any]], dic
     return issues, {"checkpoint_age_s": seen, "events_since_checkpoint": behind}
 
 
-async def check_health(engine: Any, caller: Caller, args: HealthArgs) -> dict[str, Any]:
+async def check_health(engine: Engine, caller: Caller, args: HealthArgs) -> dict[str, Any]:
     wanted = list(args.checks or DEFAULT_CHECKS)
     unknown = [c for c in wanted if c not in HEALTH_CHECKS]
     if unknown:
@@ -401,10 +379,13 @@ async def check_health(engine: Any, caller: Caller, args: HealthArgs) -> dict[st
             "ok": False,
             "error": "fix is not needed: every read model is rebuilt from the log with `memstream rebuild`",
         }
+    health = engine.health()
+    if health is None:  # a Kafka worker: the router answers for the deployment
+        mark_failure("invalid")
+        return {"ok": False, "error": "check_health is the router's to answer (memstream serve --kafka)"}
     issues: list[dict[str, Any]] = []
     try:
-        end = engine.log.end_offset()
-        audit_end = engine.log.audit_end_offset()
+        end, audit_end = health.log_ends()
     except Exception as exc:
         return {
             "status": "unhealthy",
@@ -430,21 +411,20 @@ async def check_health(engine: Any, caller: Caller, args: HealthArgs) -> dict[st
     body = await engine.read(stats)
     if "embedding" in wanted:
         issues.extend(await engine.read(lambda: _embedding_issues(engine, args.agent_id)))
-    if "log_writable" in wanted and hasattr(engine.bus, "_task"):  # the embedded bus's committer task
-        task = engine.bus._task
-        if task is None or task.done():
-            issues.append(
-                {"check": "log_writable", "severity": "critical", "detail": "the command committer is not running"}
-            )
+    if "log_writable" in wanted and not health.committer_running():
+        issues.append(
+            {"check": "log_writable", "severity": "critical", "detail": "the command committer is not running"}
+        )
     checkpoint_stats: dict[str, Any] = {}
     if "checkpoints" in wanted:
-        found, checkpoint_stats = _checkpoint_issues(engine, end)
+        found, checkpoint_stats = _checkpoint_issues(health, engine.settings.snapshot_every, end)
         issues.extend(found)
-    lag = end - 1 - engine.runner.offset
+    applied = engine.applied_offset
+    lag = end - 1 - applied
     if "projection_lag" in wanted and lag > 0:
         issues.append({"check": "projection_lag", "severity": "warn", "detail": f"read models are {lag} events behind"})
     if "log_integrity" in wanted:
-        verdict = engine.log.connection().execute("PRAGMA quick_check").fetchone()[0]
+        verdict = health.integrity()
         if verdict != "ok":
             issues.append({"check": "log_integrity", "severity": "critical", "detail": verdict})
     severities = {i["severity"] for i in issues}
@@ -457,7 +437,7 @@ async def check_health(engine: Any, caller: Caller, args: HealthArgs) -> dict[st
             **body,
             "log_end_offset": end,
             "audit_end_offset": audit_end,
-            "projection_offset": engine.runner.offset,
+            "projection_offset": applied,
             "projection_lag": max(lag, 0),
             **checkpoint_stats,
         },

@@ -14,11 +14,13 @@ from pydantic import Field, StrictInt, StrictStr
 from memstream.api.query.recall.fusion import Candidate
 from memstream.api.query.recall.gate import GateConfig, keyed_signal
 from memstream.api.query.recall.pipeline import RecallRequest, RecallResult, recent_rows, run_recall
-from memstream.api.services.engine import mark_failure
+from memstream.api.services.failures import mark_failure
+from memstream.api.services.ports import Engine, Reads
+from memstream.api.services.settings import Settings
 from memstream.api.tools.common import Flag, SessionKey
-from memstream.api.tools.reads import AS_OF_HELP, AsOf, state_at
+from memstream.api.tools.points import AS_OF_HELP, AsOf, state_at, time_bounds
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
-from memstream.api.tools.sanitize import InputError, parse_timestamp
+from memstream.api.tools.sanitize import InputError
 from memstream.projections.records import EpisodeRow, MemoryRow
 from memstream.projections.scope import ScopeFilter
 
@@ -47,27 +49,6 @@ class RecallArgs(ToolArgs):
     as_of: AsOf | None = Field(default=None, description=AS_OF_HELP)
 
 
-def _time_bounds(cue: dict[str, Any] | None) -> tuple[datetime | None, datetime | None]:
-    if not cue:
-        return None, None
-    unknown = set(cue) - {"after", "before", "confidence"}
-    if unknown:
-        raise InputError(f"time_cue has unsupported fields: {', '.join(sorted(unknown))} (use after / before)")
-    bounds: list[datetime | None] = []
-    for key in ("after", "before"):
-        raw = cue.get(key)
-        if raw is None:
-            bounds.append(None)
-            continue
-        if not isinstance(raw, str):
-            raise InputError(f"time_cue.{key} is not a date or timestamp: {raw!r}")
-        try:
-            bounds.append(parse_timestamp(raw, f"time_cue.{key}"))
-        except InputError:
-            raise InputError(f"time_cue.{key} is not a date or timestamp: {raw!r}") from None
-    return bounds[0], bounds[1]
-
-
 def _preview(text: str, query: str, preview: int, excerpt_chars: int) -> dict[str, Any]:
     """A long row's preview: its head, plus an excerpt around the first query term it holds."""
     out: dict[str, Any] = {"content": text[:preview], "content_truncated": True, "content_len": len(text)}
@@ -87,7 +68,7 @@ def _preview(text: str, query: str, preview: int, excerpt_chars: int) -> dict[st
     return out
 
 
-def _message(engine: Any, ref: str, args: RecallArgs) -> dict[str, Any] | None:
+def _message(engine: Reads, ref: str, args: RecallArgs) -> dict[str, Any] | None:
     kind, _, ident = ref.partition(":")
     settings = engine.settings
     if kind == "mem":
@@ -138,12 +119,12 @@ def _scope(args: RecallArgs) -> ScopeFilter:
     return ScopeFilter(args.agent_id, args.project_id, args.channel or None)
 
 
-async def _recall(engine: Any, args: RecallArgs) -> tuple[dict[str, Any], RecallResult | None]:
+async def answer_recall(engine: Engine, args: RecallArgs) -> tuple[dict[str, Any], RecallResult | None]:
     if not args.agent_id:
         mark_failure("invalid")
         return {"ok": False, "error": "agent_id is required", "messages": []}, None
     try:
-        after, before = _time_bounds(args.time_cue)
+        after, before = time_bounds(args.time_cue)
     except InputError as exc:
         mark_failure("invalid")
         return {"ok": False, "error": str(exc), "messages": []}, None
@@ -160,33 +141,39 @@ async def _recall(engine: Any, args: RecallArgs) -> tuple[dict[str, Any], Recall
     settings = engine.settings
     if args.limit == 0:
         return {"messages": []}, None
-    src = await state_at(engine, args.as_of)
-    if isinstance(src, dict):
-        return {**src, "messages": []}, None
-    engine = src  # every read below is answered from the state at ``as_of`` (or now)
+    state = await state_at(engine, args.as_of)
+    if isinstance(state, dict):
+        return {**state, "messages": []}, None
+    return await _recall_from(state, settings, req, args)
+
+
+async def _recall_from(
+    state: Reads, settings: Settings, req: RecallRequest, args: RecallArgs
+) -> tuple[dict[str, Any], RecallResult | None]:
+    """Every read answered from ``state``: the state at ``as_of``, or now."""
     if not req.query:
-        refs = await engine.read(lambda: recent_rows(engine, req))
-        rows = await engine.read(lambda: [_message(engine, r, args) for r in reversed(refs)])
+        refs = await state.read(lambda: recent_rows(state, req))
+        rows = await state.read(lambda: [_message(state, r, args) for r in reversed(refs)])
         return {"messages": [r for r in rows if r is not None]}, None
 
     vec = None
     model = None
     if settings.recall_retrievers != "lexical":
-        [emb] = await engine.embed([req.query], agent_id=req.scope.agent_id)
+        [emb] = await state.embed([req.query], agent_id=req.scope.agent_id)
         if emb is not None:
             vec, model = emb.vector(), emb.model
 
     def query() -> tuple[dict[str, Any], RecallResult]:
-        result = run_recall(engine, settings, req, vec, model)
+        result = run_recall(state, settings, req, vec, model)
         cfg = GateConfig(
             settings.rrf_k,
-            engine.precision.gate_of(req.scope.agent_id),
+            state.precision.gate_of(req.scope.agent_id),
             settings.confidence_enabled,
             settings.confidence_ordering,
         )
         best_first: list[dict[str, Any]] = []
         for c in result.candidates:
-            msg = _message(engine, c.ref, args)
+            msg = _message(state, c.ref, args)
             if msg is None:
                 continue
             reason = _match_reason(c, cfg)
@@ -204,11 +191,11 @@ async def _recall(engine: Any, args: RecallArgs) -> tuple[dict[str, Any], Recall
             body["trace"] = {"lists": result.lists, "mode": settings.recall_mode}
         return body, result
 
-    return await engine.read(query)
+    return await state.read(query)
 
 
-async def recall(engine: Any, caller: Caller, args: RecallArgs) -> dict[str, Any]:
-    body, _ = await _recall(engine, args)
+async def recall(engine: Engine, caller: Caller, args: RecallArgs) -> dict[str, Any]:
+    body, _ = await answer_recall(engine, args)
     return body
 
 
@@ -264,9 +251,9 @@ def recall_args_from(args: ToolArgs, **overrides: Any) -> RecallArgs:
     return RecallArgs(**shared, **overrides)
 
 
-async def recall_with_context(engine: Any, caller: Caller, args: RecallWithContextArgs) -> dict[str, Any]:
+async def recall_with_context(engine: Engine, caller: Caller, args: RecallWithContextArgs) -> dict[str, Any]:
     inner = recall_args_from(args)
-    body, _ = await _recall(engine, inner)
+    body, _ = await answer_recall(engine, inner)
     if body.get("ok") is False:
         return body
     recalled = body["messages"]

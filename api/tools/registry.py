@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
+
+from memstream.api.services.ports import Engine
 
 
 class ToolArgs(BaseModel):
@@ -32,7 +34,11 @@ class Caller:
     authenticated: bool = False
 
 
-Handler = Callable[[Any, Caller, Any], Awaitable[dict[str, Any]]]
+H = TypeVar("H")
+# A tool's handler, over what it runs on (``H``: an engine, or a face's stand-in for the tools it
+# answers itself) with the tool's validated arguments (each tool has its own ``ToolArgs``).
+HandlerOf = Callable[[H, Caller, Any], Awaitable[dict[str, Any]]]
+Handler = HandlerOf[Engine]
 
 
 @dataclass(frozen=True)

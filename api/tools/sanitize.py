@@ -9,8 +9,22 @@ and unparseable timestamps are refused with a clear reason instead of being stor
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from typing import Any
+
+# The tools' input errors and time parsing live with the services (point-in-time reads use
+# them too); the tools take them from here, with the rest of their input rules.
+from memstream.api.services.inputs import InputError, check_utf8, parse_timestamp
+
+__all__ = [
+    "SOURCE_TYPES",
+    "InputError",
+    "cap",
+    "check_size",
+    "check_utf8",
+    "clean_text",
+    "normalize_source",
+    "parse_timestamp",
+]
 
 _ANNOTATION = re.compile(r"\[Memory from [^\]]*\]")
 
@@ -22,17 +36,6 @@ SOURCE_TYPES = {
     "assistant": "Agent",
     "session": "System",
 }
-
-
-class InputError(ValueError):
-    """Bad input: the message is shown to the caller as the failure's reason."""
-
-
-def check_utf8(value: str, what: str) -> None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InputError(f"{what} is not valid UTF-8 (unpaired surrogate at position {exc.start})") from None
 
 
 def check_size(value: str, what: str, limit: int) -> None:
@@ -47,18 +50,6 @@ def clean_text(text: str) -> str:
 
 def cap(text: str, limit: int) -> tuple[str, bool]:
     return (text, False) if len(text) <= limit else (text[:limit], True)
-
-
-def parse_timestamp(raw: str | None, what: str = "timestamp") -> datetime | None:
-    """ISO-8601; a naive stamp is UTC; anything else is refused rather than stored as-is."""
-    if raw is None or raw == "":
-        return None
-    check_utf8(raw, what)
-    try:
-        t = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise InputError(f"{what} {raw[:64]!r} is not an ISO-8601 time (e.g. 2026-07-22T12:00:00+00:00)") from None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def normalize_source(raw: Any, agent_id: str) -> dict[str, Any]:

@@ -8,9 +8,11 @@ from typing import Annotated, Any
 from pydantic import Field, StrictStr
 
 from memstream.api.query.contingent import Carriers, Value, contingent_rows, find_carriers
-from memstream.api.services.engine import mark_failure
+from memstream.api.services.failures import mark_failure
+from memstream.api.services.ports import Engine
 from memstream.api.tools.common import Name, WriteArgs, envelope
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
+from memstream.projections.records import MemoryRow
 from memstream.projections.scope import ScopeFilter
 from memstream.streams import commands as c
 from memstream.streams.events import parse_ref
@@ -23,7 +25,7 @@ class DeclareStandingArgs(WriteArgs):
     note: Annotated[StrictStr, Field(max_length=4000)] | None = Field(default=None, description="Why, in a line.")
 
 
-async def declare_standing(engine: Any, caller: Caller, args: DeclareStandingArgs) -> dict[str, Any]:
+async def declare_standing(engine: Engine, caller: Caller, args: DeclareStandingArgs) -> dict[str, Any]:
     """S1: the last declaration is current; earlier ones stay in ``history(ref)``."""
     try:
         kind, ident = parse_ref(args.ref)
@@ -80,7 +82,7 @@ def _values(args: CheckContingentArgs) -> list[Value]:
     return out
 
 
-async def check_contingent(engine: Any, caller: Caller, args: CheckContingentArgs) -> dict[str, Any]:
+async def check_contingent(engine: Engine, caller: Caller, args: CheckContingentArgs) -> dict[str, Any]:
     """S2: each value whose every carrier holds a set-aside standing; nothing when cut."""
     if not args.agent_id:
         mark_failure("invalid")
@@ -104,7 +106,8 @@ async def check_contingent(engine: Any, caller: Caller, args: CheckContingentArg
                 if row is None or row.agent_id != args.agent_id:
                     missing.append(raw)
                 elif all(ref != r for r, _ in corpus):
-                    corpus.append((ref, (row.content if kind == "mem" else row.summary).casefold()))
+                    text = row.content if isinstance(row, MemoryRow) else row.summary
+                    corpus.append((ref, text.casefold()))
         else:
             scope = ScopeFilter(args.agent_id, args.project_id, args.channel or None)
             mems = [m for m in engine.memories.of_agent(args.agent_id) if scope.admits(m.project_id, m.channel)]

@@ -9,9 +9,12 @@ from typing import Any
 import orjson
 from pydantic import Field, StrictStr, field_validator
 
-from memstream.api.services.engine import mark_failure
-from memstream.api.tools.common import Flag, Id, Name, WriteArgs, envelope
-from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
+from memstream.api.query.recall.calibrate import MIN_EMBEDDED, calibrate, sample_ids
+from memstream.api.services.failures import mark_failure
+from memstream.api.services.ports import Engine
+from memstream.api.tools.common import BETAS, GLOBAL_PRECISION, Flag, Id, Name, WriteArgs, envelope
+from memstream.api.tools.declarations import store_rider
+from memstream.api.tools.registry import Caller, Handler, Tool, ToolArgs, register
 from memstream.api.tools.sanitize import (
     InputError,
     cap,
@@ -68,7 +71,7 @@ def _metadata_problem(metadata: dict[str, Any] | None, limit: int, what: str = "
     return None
 
 
-async def store(engine: Any, caller: Caller, args: StoreArgs) -> dict[str, Any]:
+async def store(engine: Engine, caller: Caller, args: StoreArgs) -> dict[str, Any]:
     settings = engine.settings
     source: dict[str, Any] | str | None  # the legacy message form also takes a plain string
     content, msg_id, source, timestamp, metadata = args.content, args.id, args.source, args.timestamp, args.metadata
@@ -117,8 +120,6 @@ async def store(engine: Any, caller: Caller, args: StoreArgs) -> dict[str, Any]:
     if args.associations and out.result != "rejected" and out.id is not None:
         # The rider runs against the stored or echoed record (as CPersona's); a malformed item
         # is dropped in its report, never a reason to lose the memory.
-        from memstream.api.tools.associations import store_rider
-
         body["associations"] = await store_rider(
             engine, caller, args, args.agent_id, args.project_id, args.channel, out.id, args.associations
         )
@@ -153,7 +154,7 @@ class UpdateArgs(MemoryIdArgs):
     content: StrictStr = Field(description="The new text (re-embedded).")
 
 
-async def memory_owner(engine: Any, args: MemoryIdArgs) -> str | None:
+async def memory_owner(engine: Engine, args: MemoryIdArgs) -> str | None:
     """The agent whose partition decides this edit: the caller's claim, or the memory's owner."""
     if args.agent_id:
         return args.agent_id
@@ -172,7 +173,7 @@ def _edit_failure(out: Outcome, args: MemoryIdArgs, verb: str) -> dict[str, Any]
     return {"ok": False, "error": f"Memory {mid} not found"}
 
 
-async def update_memory(engine: Any, caller: Caller, args: UpdateArgs) -> dict[str, Any]:
+async def update_memory(engine: Engine, caller: Caller, args: UpdateArgs) -> dict[str, Any]:
     if not args.content.strip():
         return {"ok": False, "error": "Content cannot be empty"}
     try:
@@ -201,8 +202,10 @@ async def update_memory(engine: Any, caller: Caller, args: UpdateArgs) -> dict[s
     return body
 
 
-def _simple_edit(command: type[c.Command], key: str, verb: str) -> Any:
-    async def run(engine: Any, caller: Caller, args: MemoryIdArgs) -> dict[str, Any]:
+def _simple_edit(
+    command: type[c.DeleteMemory] | type[c.LockMemory] | type[c.UnlockMemory], key: str, verb: str
+) -> Handler:
+    async def run(engine: Engine, caller: Caller, args: MemoryIdArgs) -> dict[str, Any]:
         owner = await memory_owner(engine, args)
         if owner is None:
             mark_failure("not_found")
@@ -228,7 +231,7 @@ class ArchiveArgs(WriteArgs):
     channel: Name | None = None
 
 
-async def archive_episode(engine: Any, caller: Caller, args: ArchiveArgs) -> dict[str, Any]:
+async def archive_episode(engine: Engine, caller: Caller, args: ArchiveArgs) -> dict[str, Any]:
     def fail(error: str) -> dict[str, Any]:
         return {"ok": False, "episode_id": None, "error": error}
 
@@ -280,7 +283,7 @@ class DeleteEpisodeArgs(WriteArgs):
     episode_id: Id = Field(description="The episode's id.")
 
 
-async def delete_episode(engine: Any, caller: Caller, args: DeleteEpisodeArgs) -> dict[str, Any]:
+async def delete_episode(engine: Engine, caller: Caller, args: DeleteEpisodeArgs) -> dict[str, Any]:
     owner = args.agent_id
     if not owner:
         row = await engine.read(lambda: engine.episodes.rows.get(args.episode_id))
@@ -299,7 +302,7 @@ class ProfileArgs(WriteArgs):
     profile: StrictStr = Field(description="The whole profile text; it replaces the previous one.")
 
 
-async def update_profile(engine: Any, caller: Caller, args: ProfileArgs) -> dict[str, Any]:
+async def update_profile(engine: Engine, caller: Caller, args: ProfileArgs) -> dict[str, Any]:
     def fail(reason: str) -> dict[str, Any]:
         return {"ok": False, "profiles_updated": 0, "reason": reason, "error": reason}
 
@@ -329,7 +332,7 @@ class AgentArgs(WriteArgs):
     agent_id: Name = Field(description="The agent.")
 
 
-async def delete_agent_data(engine: Any, caller: Caller, args: AgentArgs) -> dict[str, Any]:
+async def delete_agent_data(engine: Engine, caller: Caller, args: AgentArgs) -> dict[str, Any]:
     if not args.agent_id:
         return {"ok": False, "error": "agent_id is required for bulk deletion"}
     out = (await engine.submit(c.DeleteAgentData(**envelope(caller, args, args.agent_id)))).outcome
@@ -350,9 +353,6 @@ async def delete_agent_data(engine: Any, caller: Caller, args: AgentArgs) -> dic
 
 # -- recall precision -----------------------------------------------------------------------
 
-BETAS = {"strict": 2.0, "balanced": 1.0, "lenient": 0.5}
-GLOBAL_PRECISION = "balanced"
-
 
 class PrecisionArgs(WriteArgs):
     agent_id: Name = Field(description="The agent whose recall precision is set.")
@@ -367,7 +367,7 @@ class PrecisionArgs(WriteArgs):
         return v
 
 
-async def set_recall_precision(engine: Any, caller: Caller, args: PrecisionArgs) -> dict[str, Any]:
+async def set_recall_precision(engine: Engine, caller: Caller, args: PrecisionArgs) -> dict[str, Any]:
     if not args.agent_id:
         return {"ok": False, "error": "agent_id is required"}
     level: str | None
@@ -404,10 +404,8 @@ async def set_recall_precision(engine: Any, caller: Caller, args: PrecisionArgs)
     return body
 
 
-async def calibrate_agent(engine: Any, agent_id: str, beta: float) -> dict[str, Any]:
+async def calibrate_agent(engine: Engine, agent_id: str, beta: float) -> dict[str, Any]:
     """Seeded calibration over the agent's current memories (see ``api/query/recall/calibrate``)."""
-    from memstream.api.query.recall.calibrate import MIN_EMBEDDED, calibrate, sample_ids
-
     if engine.settings.embedder == "none":
         return {"ok": False, "error": f"Need at least {MIN_EMBEDDED} embeddings, found 0"}
     model = await engine.read(lambda: engine.vectors.model_of(agent_id)) or engine.embedder.model_id

@@ -126,6 +126,11 @@ class EmbeddedCommandBus:
         self._queue = asyncio.Queue()
         self._task = asyncio.create_task(self._run(), name="memstream-committer")
 
+    @property
+    def committing(self) -> bool:
+        """Whether the task that commits queued writes is alive (started and not stopped)."""
+        return self._task is not None and not self._task.done()
+
     def _open(self) -> None:
         self._conn = self.log.writer_connection()
         self.state = load_decision_state(self.log, self.snapshots)

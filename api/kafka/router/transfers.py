@@ -28,7 +28,7 @@ from memstream.api.kafka.wire import (
 from memstream.api.services.embedding import EmbeddingError
 from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.dispatch import run_tool
-from memstream.api.tools.registry import Caller, Handler
+from memstream.api.tools.registry import Caller, HandlerOf
 from memstream.api.tools.sanitize import InputError
 from memstream.api.tools.transfer.batches import CHUNK
 from memstream.api.tools.transfer.export import ExportArgs
@@ -276,7 +276,7 @@ async def merge_memories(transfers: KafkaTransfers, caller: Caller, args: MergeA
     return body
 
 
-HANDLERS: dict[str, Handler] = {
+HANDLERS: dict[str, HandlerOf[KafkaTransfers]] = {
     "export_memories": export_memories,
     "import_memories": import_memories,
     "merge_memories": merge_memories,

@@ -4,7 +4,7 @@ The consumer group gives a worker some partitions of the commands topic; because
 is partitioned by agent with the same count, partition ``p`` of the events topic holds exactly
 the agents whose commands the worker decides. For each such partition the worker keeps the full
 set of read models (``read_models()``, as the embedded engine does) and answers every tool call
-for those agents over HTTP with the same tool code as the embedded server (``NodeEngine`` gives
+for those agents over HTTP with the same tool code as the embedded server (``PartitionEngine`` gives
 it the engine's surface over one partition). Writes for a partition the worker owns are
 decided in-process by the worker's decider (``KafkaDecider.submit_local``: same step,
 same appends, no round trip through the commands and replies topics); any other write goes
@@ -22,7 +22,7 @@ feeds is paused in the tail, so a worker does not fetch and decode its own write
 
 Reads of the log itself go to the topics: ``history`` and ``audit_log`` through the worker's
 partition log (``api/kafka/worker/partition_log.py``: one more consumer, one read at a time, with
-deadlines), which ``NodeEngine.log`` exposes for the call's partition under the names the
+deadlines), which ``PartitionEngine.log`` exposes for the call's partition under the names the
 tools use, and ``as_of`` reads through views folded from the events topic up to the point
 (``api/kafka/worker/point_in_time.py``). Offsets in those answers are the partition's own.
 ``check_health`` and the file transfers are the router's to answer (the transfers' per-partition
@@ -62,16 +62,21 @@ from memstream.api.kafka.worker.guard import guard_worker, owner_route
 from memstream.api.kafka.worker.partition_log import KafkaPartitionLog
 from memstream.api.kafka.worker.point_in_time import KafkaPointInTime
 from memstream.api.kafka.worker.transfer_parts import transfer_routes
-from memstream.api.services.acl import owner_or_history
+from memstream.api.services import owners
+from memstream.api.services.acl import AclConfig
 from memstream.api.services.embedders import Embedders
 from memstream.api.services.embedding import Embedder
-from memstream.api.services.engine import FAILURE_CODE, REFUSAL_AUDITED
-from memstream.api.services.point_in_time import View
+from memstream.api.services.failures import mark_rejected
+from memstream.api.services.jobs import ReembedJob
+from memstream.api.services.metrics import Metrics
+from memstream.api.services.named_models import NamedModels
+from memstream.api.services.owners import owner_or_history
+from memstream.api.services.ports import Engine, Reads, SupersededProvider
 from memstream.api.services.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
 from memstream.api.tools.registry import Caller
 from memstream.projections.catalog import read_models
-from memstream.projections.runner import digest_of
+from memstream.projections.runner import FoldedModels, digest_of
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.commands import Command
 from memstream.streams.deciders.kafka import KafkaDecider, NotOwned
@@ -112,7 +117,7 @@ class PartitionModels:
         self.checkpoint_offset: int | None = None  # the last checkpoint written or restored
         self.since_checkpoint = 0
         self.checkpointing = False
-        self.jobs: dict[str, Any] = {}  # admin jobs over this partition's agents (re-embedding)
+        self.jobs: dict[str, ReembedJob] = {}  # admin jobs over this partition's agents (re-embedding)
         self.folded_by_agent = 0  # events folded as the decider appended them (fold-on-append)
         self.folded_by_tail = 0  # events folded from the topic (catch-up and repair)
 
@@ -137,45 +142,54 @@ class PartitionModels:
                 await asyncio.wait_for(self.advanced.wait(), left)
 
 
-class NodeEngine:
-    """The engine surface the tools use, over one partition's read models (see module doc)."""
+class PartitionEngine(NamedModels):
+    """The engine of one partition of a worker: the ``Engine`` of api/services/ports.py over the
+    partition's read models, its part of the topics and the worker's decider (see module doc)."""
 
-    def __init__(self, node: Worker, models: PartitionModels) -> None:
-        self.node = node
+    def __init__(self, worker: Worker, models: PartitionModels) -> None:
+        super().__init__(models.projections)
+        self.worker = worker
         self.models = models
-        self.settings = node.settings
-        self.embedders = node.embedders
+        self.settings = worker.settings
+        self.embedders = worker.embedders
         self.jobs = models.jobs  # the partition's (a re-embed), seen by the next call's engine
-        self.bus = self  # what the re-embedder submits through (``submit`` below)
-        for p in models.projections:
-            setattr(self, p.name, p)
-        self.log = node.partition_log.view(models)
+        self.log = worker.partition_log.view(models.partition, models)
+
+    # Grants are checked by the router (api/kafka/router/gate.py) and calls are not measured here.
+    acl: AclConfig | None = None
+    metrics: Metrics | None = None
 
     async def read(self, query: Callable[[], T]) -> T:
-        await self.models.caught_up(max(self.models.target, self.node.acked.get(self.models.partition, -1)))
+        await self.models.caught_up(max(self.models.target, self.worker.acked.get(self.models.partition, -1)))
         async with self.models.lock:
             return query()
 
-    async def at(self, as_of: int | str | None) -> NodeEngine | View:
+    async def at(self, as_of: int | str | None) -> Reads:
         """This engine for a read "now", or a view of the partition's state at ``as_of`` (H3):
         an offset of this partition, or an instant (see ``api/kafka/worker/point_in_time.py``)."""
         if as_of is None:
             return self
         partition = self.models.partition
-        return await self.node.point_in_time.view(partition, as_of, lambda: PartitionModels(partition, 0))
+        return await self.worker.point_in_time.view(partition, as_of, lambda: PartitionModels(partition, 0))
 
     async def submit(self, command: Command) -> Committed:
-        committed = await self.node.submit(command)
+        committed = await self.worker.submit(command)
         if committed.offset is not None:
-            p = partition_for(command.scope.agent_id, self.node.cfg.partitions)
-            self.node.acked[p] = max(self.node.acked.get(p, -1), committed.offset)
+            p = partition_for(command.scope.agent_id, self.worker.cfg.partitions)
+            self.worker.acked[p] = max(self.worker.acked.get(p, -1), committed.offset)
         if committed.outcome.result == "rejected":
-            REFUSAL_AUDITED.set(True)
-            FAILURE_CODE.set(committed.outcome.error or "invalid")
+            mark_rejected(committed.outcome.error)
         return committed
 
     async def refuse(self, record: AuditRecord) -> None:
-        await self.node.submit(record)
+        await self.worker.submit(record)
+
+    async def record_owner(self, kind: str, ident: int) -> str | None:
+        return await owners.record_owner(self, kind, ident)
+
+    def health(self) -> None:
+        """None: the router answers ``check_health`` for the deployment (``ROUTER_TOOLS``)."""
+        return None
 
     @property
     def embedder(self) -> Embedder:
@@ -187,24 +201,24 @@ class NodeEngine:
         return self.models.offset
 
     @property
-    def state(self) -> DecisionState | None:
+    def decision_state(self) -> DecisionState | None:
         """The decider's state of this partition when this worker decides it and has folded
-        it (else None): what an import asks to tell a command id decided already (as it asks
-        the embedded bus's ``state``; ``bus`` is this engine). ``decisions`` folds it first."""
-        decider = self.node.decider
+        it (else None): what an import asks to tell a command id decided already.
+        ``decisions`` folds it first."""
+        decider = self.worker.decider
         if decider is None or not decider.owns(self.models.partition):
             return None
         return decider.states.get(self.models.partition)
 
     async def decisions(self) -> DecisionState | None:
-        """``state``, folded from the topics now if the decider has not folded it yet."""
-        decider = self.node.decider
+        """``decision_state``, folded from the topics now if the decider has not folded it yet."""
+        decider = self.worker.decider
         return None if decider is None else await decider.state_of(self.models.partition)
 
     async def agent_model(self, agent_id: str) -> str | None:
         """The model of an agent's vectors, from the partition's read models once they include
         every write this worker acknowledged (the embedded engine's is a synchronous read)."""
-        return await self.read(lambda: self.vectors.model_of(agent_id))  # type: ignore[attr-defined,no-any-return]
+        return await self.read(lambda: self.vectors.model_of(agent_id))
 
     def embedder_for(self, model: str | None) -> Embedder:
         return self.embedders.embedder_for(model)
@@ -216,8 +230,8 @@ class NodeEngine:
             model = await self.agent_model(agent_id)
         return await self.embedders.embed(texts, model)
 
-    def superseded_providers(self) -> list[Any]:
-        return [self.versions.superseded_by, self.associations.superseded_by]  # type: ignore[attr-defined]
+    def superseded_providers(self) -> list[SupersededProvider]:
+        return [self.versions.superseded_by, self.associations.superseded_by]
 
 
 class Worker:
@@ -458,13 +472,13 @@ class Worker:
 
     # -- answering calls --------------------------------------------------------------------
 
-    def engine_for_call(self, args: Any, partition: int | None = None) -> NodeEngine | None:
+    def engine_for_call(self, args: Any, partition: int | None = None) -> PartitionEngine | None:
         """The engine of the partition a call belongs to (see ``route_partition``; a call that
         names no agent may name its partition instead: ``PARTITION_HEADER``), if owned."""
         named_agent = isinstance(args, dict) and bool(args.get("agent_id"))
         p = partition if partition is not None and not named_agent else route_partition(args, self.cfg.partitions)
         models = self.models.get(p)
-        return NodeEngine(self, models) if models is not None else None
+        return PartitionEngine(self, models) if models is not None else None
 
     async def owner_in_partition(self, kind: str, ident: int) -> tuple[bool, str | None]:
         """(whether this worker holds the record's partition, the agent owning the record or None).
@@ -596,3 +610,9 @@ def run_worker(
     # debug line of aiokafka would be formatted: about a tenth of a busy worker's CPU.
     faust_worker.spinner = None
     faust_worker.execute_from_commandline()
+
+
+def _offers_the_surface(engine: PartitionEngine, models: PartitionModels) -> tuple[Engine, FoldedModels]:
+    """Never called: mypy checks here that a partition's engine offers everything a tool may ask,
+    and that its read models are folded models (as a runner's are)."""
+    return engine, models

@@ -23,12 +23,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from memstream.api.tools.sanitize import InputError
+from memstream.api.services.inputs import InputError
+from memstream.projections.runner import FoldedModels
 from memstream.streams.events import decode, parse_time
 from memstream.streams.folding import bulk_fold
 from memstream.streams.log.kafka import KafkaConfig, log_record, matching, read_range
@@ -40,21 +40,6 @@ SPARSE_BATCH = 500  # records fetched per seek when reading scattered offsets
 PROBE_BATCH = 200  # records looked at per step of the search for an instant
 
 Progress = Callable[[int, int], None]
-
-
-class Folding(Protocol):
-    """Read models being folded from a partition (a worker's ``PartitionModels``)."""
-
-    offset: int
-
-    def apply(self, offset: int, value: bytes, vector: bytes | None) -> None: ...
-
-
-class PartitionState(Protocol):
-    """What a partition's view of the log needs of its read models: which partition, how far."""
-
-    partition: int
-    offset: int
 
 
 def fold_consumer(cfg: KafkaConfig) -> AIOKafkaConsumer:
@@ -73,7 +58,7 @@ def fold_consumer(cfg: KafkaConfig) -> AIOKafkaConsumer:
 async def fold_partitions(
     consumer: AIOKafkaConsumer,
     topic: str,
-    models: Mapping[int, Folding],
+    models: Mapping[int, FoldedModels],
     bounds: Mapping[int, int],
     progress: Progress | None = None,
     *,
@@ -93,7 +78,7 @@ async def fold_partitions(
         consumer.assign(sorted(pending, key=lambda tp: tp.partition))
         await consumer.seek_to_beginning(*pending)
 
-    def apply(m: Folding, bound: int, records: list[ConsumerRecord[bytes, bytes]]) -> int:
+    def apply(m: FoldedModels, bound: int, records: list[ConsumerRecord[bytes, bytes]]) -> int:
         applied = 0
         for rec in records:
             if rec.offset >= bound:
@@ -246,7 +231,7 @@ class KafkaPartitionLog:
             consumer.pause(tp)
         return lo
 
-    async def fold(self, models: Mapping[int, Folding], bounds: Mapping[int, int], *, deadline_s: float) -> int:
+    async def fold(self, models: Mapping[int, FoldedModels], bounds: Mapping[int, int], *, deadline_s: float) -> int:
         """Fold fresh read models up to ``bounds`` with a consumer of the fold's own (a long
         fold does not hold up the worker's history and audit reads), within ``deadline_s``."""
         if not any(bounds[p] > 0 for p in models):
@@ -264,17 +249,17 @@ class KafkaPartitionLog:
             with contextlib.suppress(Exception):
                 await consumer.stop()
 
-    def view(self, models: PartitionState) -> PartitionLogView:
-        return PartitionLogView(self, models)
+    def view(self, partition: int, models: FoldedModels) -> PartitionLogView:
+        return PartitionLogView(self, partition, models)
 
 
 class PartitionLogView:
     """One partition of the worker's log, shaped as the engine's log for the tools (module doc)."""
 
-    def __init__(self, log: KafkaPartitionLog, models: PartitionState) -> None:
+    def __init__(self, log: KafkaPartitionLog, partition: int, models: FoldedModels) -> None:
         self.log = log
         self.models = models
-        self.partition = models.partition
+        self.partition = partition
         self.num_partitions = log.cfg.partitions
 
     def end_offset(self) -> int:

@@ -23,26 +23,15 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
 
 from memstream.api.kafka.worker.partition_log import KafkaPartitionLog
 from memstream.api.services.embedders import Embedders
 from memstream.api.services.point_in_time import CACHED_STATES, View, as_of_instant, offset_stop
 from memstream.api.services.settings import Settings
+from memstream.projections.runner import FoldedModels
 from memstream.streams.events import Embedding
 
 FOLD_DEADLINE_S = 600.0  # one replay to a point: ~13M events at the measured ~22k events/s (docs/benchmarks.md)
-
-
-class FoldedModels(Protocol):
-    """Fresh read models of one partition (a worker's ``PartitionModels``)."""
-
-    offset: int
-
-    @property
-    def projections(self) -> Sequence[Any]: ...
-
-    def apply(self, offset: int, value: bytes, vector: bytes | None) -> None: ...
 
 
 class _Host:
