@@ -11,7 +11,7 @@ import pytest
 from memstream.api.query.context.package import build_package, expand, source_of
 from memstream.api.services.embedding.onnx_backend import bert_uncased_tokenizer
 from memstream.api.services.tokens import WORDPIECE, count_tokens, head_within
-from tests.contract.test_contract_recall import corpus
+from tests.support.corpora import corpus
 from tests.support.servers import ServerThread
 
 SEED_FIELDS = {"maxContextTokens", "estimatedRawTokens", "compressedTokens", "estimatedSavingsPercent",

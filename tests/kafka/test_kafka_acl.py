@@ -31,9 +31,9 @@ from memstream.api.services.settings import load_settings
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog
 from memstream.streams.log.port import partition_for
 from memstream.streams.log.sqlite import SqliteLog
+from tests.support.acl import ACL, EXPECTED, TOKENS, TokenHttpFace, TokenMcpFace, assert_denied, unique, write_acl
 from tests.support.broker import BOOTSTRAP, deployment_config, drop_topics, require_broker, stop_processes
 from tests.support.servers import ServerThread, free_port
-from tests.system.test_acl import ACL, EXPECTED, TOKENS, TokenHttpFace, TokenMcpFace, assert_denied, unique, write_acl
 
 pytestmark = [pytest.mark.kafka]
 

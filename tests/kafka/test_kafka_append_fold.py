@@ -18,7 +18,7 @@ from memstream.projections.runner import digest_of
 from memstream.streams.deciders.kafka import KafkaDecider
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
 from memstream.streams.log.port import Committed, partition_for
-from tests.kafka.test_kafka_commands import store
+from tests.support.kafka_commands import store
 
 pytestmark = [pytest.mark.kafka]
 

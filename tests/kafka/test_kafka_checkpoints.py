@@ -22,9 +22,9 @@ from memstream.api.kafka.worker.replay import rebuild_partitions
 from memstream.streams.log.kafka import KafkaConfig, events_end_offsets
 from memstream.streams.log.port import partition_for
 from memstream.streams.snapshots import SnapshotStore
-from tests.kafka.test_kafka_mode import AGENTS, TOPICS, reads, stable
 from tests.support.deployment import PROCS, Deployment
 from tests.support.faces import HttpFace
+from tests.support.fleet import AGENTS, TOPICS, reads, stable
 
 pytestmark = [pytest.mark.kafka]
 

@@ -12,23 +12,21 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import pytest
 
 from memstream.streams import commands as c
 from memstream.streams.buses.kafka import KafkaCommandBus
-from memstream.streams.events import Actor, AuditRecord, Embedding, Scope, decode, new_id
-from memstream.streams.log.kafka import KafkaConfig, KafkaLog
+from memstream.streams.events import Actor, AuditRecord, Scope, new_id
+from memstream.streams.log.kafka import KafkaConfig
 from memstream.streams.log.port import LogUnavailable
 from tests.support.broker import stop_processes
+from tests.support.kafka_commands import T0, all_events, env, store
 
 pytestmark = [pytest.mark.kafka]
 
 PARTITIONS = 3
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class Workers:
@@ -60,32 +58,6 @@ def workers(cfg: KafkaConfig) -> Iterator[Workers]:
         yield w
     finally:
         w.stop()
-
-
-def env(agent: str, command_id: str | None = None) -> dict[str, Any]:
-    return {
-        "command_id": command_id or new_id(),
-        "scope": Scope(agent_id=agent),
-        "actor": Actor(client_id="it"),
-        "received_at": T0,
-    }
-
-
-def store(agent: str, content: str, msg_id: str | None = None, command_id: str | None = None) -> c.StoreMemory:
-    vec = Embedding.from_vector("m", np.array([1.0, float(len(content))], np.float32))
-    return c.StoreMemory(content=content, msg_id=msg_id, embedding=vec, **env(agent, command_id))
-
-
-async def all_events(cfg: KafkaConfig) -> list[dict[str, Any]]:
-    kafka = KafkaLog(cfg)
-    await kafka.start()
-    try:
-        out = []
-        for p in range(cfg.partitions):
-            out.extend(decode(r.value) for r in await kafka.read(p, 0, limit=1_000_000, vectors=False))
-        return out
-    finally:
-        await kafka.close()
 
 
 async def started_bus(cfg: KafkaConfig, timeout_s: float = 60.0) -> KafkaCommandBus:

@@ -12,7 +12,7 @@ from memstream.streams.deciders.codec import encode_command
 from memstream.streams.deciders.kafka import Incoming, KafkaDecider, NotOwned, fold_partition
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
 from memstream.streams.log.port import partition_for
-from tests.kafka.test_kafka_commands import all_events, store
+from tests.support.kafka_commands import all_events, store
 
 pytestmark = [pytest.mark.kafka]
 

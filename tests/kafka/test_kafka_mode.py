@@ -20,23 +20,12 @@ from memstream.api.services.settings import Settings
 from memstream.streams.log.kafka import KafkaConfig
 from tests.support.deployment import Deployment
 from tests.support.faces import HttpFace, McpFace
+from tests.support.fleet import AGENTS, TOPICS, reads, stable
 from tests.support.servers import ServerThread
 
 pytestmark = [pytest.mark.kafka]
 
 PARTITIONS = 16  # the embedded default, so ids are allocated identically in both modes
-AGENTS = ["ada", "bob", "cy", "dee", "eve", "fay"]
-TOPICS = ["deploy key rotation", "green tea mornings", "billing database", "printer paper jam", "vpn certificate"]
-VOLATILE = {"timestamp", "created_at", "updated_at", "as_of", "elapsed_ms"}
-
-
-def stable(body: Any) -> Any:
-    """An answer without the fields that are clock readings."""
-    if isinstance(body, dict):
-        return {k: stable(v) for k, v in body.items() if k not in VOLATILE}
-    if isinstance(body, list):
-        return [stable(v) for v in body]
-    return body
 
 
 async def script(face: HttpFace) -> list[Any]:
@@ -53,19 +42,6 @@ async def script(face: HttpFace) -> list[Any]:
     out.append(await face.call("delete_memory", {"agent_id": "cy", "memory_id": out[2]["id"]}))  # locked
     out.append(await face.call("archive_episode", {"agent_id": "dee", "summary": "we fixed the printer"}))
     out.extend(await reads(face))
-    return out
-
-
-async def reads(face: HttpFace | McpFace) -> list[Any]:
-    out = []
-    for agent in AGENTS:
-        for q in ("green tea", "printer paper jam", "billing database"):
-            out.append(await face.call("recall", {"agent_id": agent, "query": q, "limit": 5}))
-        out.append(await face.call("list_memories", {"agent_id": agent, "limit": 20}))
-    out.append(await face.call("list_episodes", {"agent_id": "dee"}))
-    # every agent: one partition's worker each in Kafka mode, merged by the router
-    out.append(await face.call("list_memories", {"limit": 25}))
-    out.append(await face.call("list_episodes", {}))
     return out
 
 

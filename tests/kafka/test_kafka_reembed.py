@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from memstream.streams.log.port import partition_for
-from tests.kafka.test_kafka_mode import TOPICS
 from tests.support.deployment import Deployment
 from tests.support.embedders import HashEmbedder, SecondHashEmbedder
 from tests.support.faces import HttpFace
+from tests.support.fleet import TOPICS
 
 pytestmark = [pytest.mark.kafka]
 
