@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_recall import load_dataset, subset  # noqa: E402
 
-from memstream.api.services.engine import Engine  # noqa: E402
+from memstream.api.services.engine import EmbeddedEngine  # noqa: E402
 from memstream.api.services.settings import load_settings  # noqa: E402
 from memstream.api.tools.dispatch import dispatch  # noqa: E402
 from memstream.api.tools.registry import Caller  # noqa: E402
@@ -61,7 +61,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         overrides: dict[str, Any] = {"data_dir": Path(tmp), "sync": "NORMAL", "context_line_tokens": args.line_tokens}
         if args.embedder != "default":
             overrides["embedder"] = args.embedder
-        engine = Engine(load_settings(env={}, **overrides))
+        engine = EmbeddedEngine(load_settings(env={}, **overrides))
         await engine.start()
         model = "none" if args.embedder == "none" else engine.embedder.model_id
         try:

@@ -10,14 +10,14 @@ What runs, per size N (everything on 127.0.0.1, every server stopped at the end)
    ``bench/vector_search.py`` caches (``real_vectors()``, ~/.cache/memstream-bench); at 10k and
    100k every vector is real. Past ~116.5k (1M only) rows are perturbed copies of real rows with
    the text suffixed (``vector_search.py``'s recipe).
-2. Fold: ``Engine(settings).start()`` on that dir (restore + catch-up of the whole log, no
+2. Fold: ``EmbeddedEngine(settings).start()`` on that dir (restore + catch-up of the whole log, no
    checkpoint yet: the store->visible cost at scale for a cold engine); timed. Then the first
    recall, timed alone.
 3. Embedding EXCLUDED (in-process): ``dispatch(engine, Caller(), "recall", {agent_id, query,
    limit: 10})`` with an embedder whose ``embed()`` returns the cached vector of the query text (a
    dict lookup, ~µs). The timed span is the whole dispatch call (validation, read catch-up check,
    vector window scan, lexical search, fusion, gates, answer shaping), not only the pipeline.
-   Then ``Engine.close()`` (writes the checkpoint; timed) and a second ``Engine.start()`` on the
+   Then ``EmbeddedEngine.close()`` (writes the checkpoint; timed) and a second ``EmbeddedEngine.start()`` on the
    same dir: the restart from that checkpoint (timed, plus its first recall).
 4. Embedding INCLUDED (HTTP): ``python -m memstream.api.cli serve`` on the same dir with the
    default (local) embedder (its time to ready is a second restart from the checkpoint, process
@@ -294,13 +294,13 @@ async def in_process(
     data_dir: Path, wl: Workload, warmup: int
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(fold timings, embedding-excluded recall latency, answer sizes)."""
-    from memstream.api.services.engine import Engine
+    from memstream.api.services.engine import EmbeddedEngine
     from memstream.api.services.settings import Settings
     from memstream.api.tools.dispatch import dispatch
     from memstream.api.tools.registry import Caller
 
     table = dict(zip(wl.query_texts, wl.query_vecs, strict=True))
-    engine = Engine(Settings(data_dir=data_dir), embedder=PrecomputedEmbedder(wl.model_id, wl.dim, table))
+    engine = EmbeddedEngine(Settings(data_dir=data_dir), embedder=PrecomputedEmbedder(wl.model_id, wl.dim, table))
     caller = Caller()
     t0 = time.perf_counter()
     await engine.start()
@@ -336,7 +336,7 @@ async def in_process(
     del engine
     gc.collect()
     # Restart from the checkpoint close() just wrote: a second engine on the same dir.
-    engine = Engine(Settings(data_dir=data_dir), embedder=PrecomputedEmbedder(wl.model_id, wl.dim, table))
+    engine = EmbeddedEngine(Settings(data_dir=data_dir), embedder=PrecomputedEmbedder(wl.model_id, wl.dim, table))
     t3 = time.perf_counter()
     await engine.start()
     restart_s = time.perf_counter() - t3

@@ -23,7 +23,7 @@ round trip, ~0.5 ms), outside it nowhere else.
 
 Phases, per run (everything in fresh temporary directories, every child process stopped):
 
-1. memstream in process (``--sizes``): fill through ``Engine.submit`` (the command bus), then the
+1. memstream in process (``--sizes``): fill through ``EmbeddedEngine.submit`` (the command bus), then the
    queries through ``dispatch`` (no transport).
 2. memstream over MCP stdio (``--mcp-sizes``, default the CPersona size): ``python -m
    memstream.api.cli mcp`` on the data dir phase 1 filled (after its checkpoint), with
@@ -108,7 +108,7 @@ from cpersona_bulk import (
 from embed_server import EmbedServer, _Handler, serve_in_thread
 from eval_recall import DEFAULT_CPERSONA, McpStdio, _dist_version, cpersona_env
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
@@ -296,7 +296,7 @@ def _envelope() -> dict[str, Any]:
     }
 
 
-async def memstream_fill(engine: Engine, wl: Workload) -> dict[str, Any]:
+async def memstream_fill(engine: EmbeddedEngine, wl: Workload) -> dict[str, Any]:
     emb = engine.embedder
     started = time.perf_counter()
     ids: list[int] = []
@@ -330,7 +330,7 @@ async def memstream_fill(engine: Engine, wl: Workload) -> dict[str, Any]:
 
 async def memstream_in_process(data_dir: Path, wl: Workload, warmup: int) -> dict[str, Any]:
     settings = load_settings(env={}, data_dir=data_dir, sync="NORMAL")
-    engine = Engine(settings, embedder=HashedEmbedder())  # type: ignore[arg-type]
+    engine = EmbeddedEngine(settings, embedder=HashedEmbedder())  # type: ignore[arg-type]
     await engine.start()
     caller = Caller(client_id="bench")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import Settings, load_settings
 from tests.support.embedders import HashEmbedder
 from tests.support.faces import HttpFace, McpFace
@@ -32,8 +32,8 @@ def settings(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-async def engine(settings: Settings) -> AsyncIterator[Engine]:
-    eng = Engine(settings, embedder=HashEmbedder())
+async def engine(settings: Settings) -> AsyncIterator[EmbeddedEngine]:
+    eng = EmbeddedEngine(settings, embedder=HashEmbedder())
     await eng.start()
     try:
         yield eng

@@ -274,7 +274,7 @@ def reembed(data_dir: Path | None, model: str, agents: tuple[str, ...], batch: i
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from memstream.api.services.embedding import EmbeddingError, load_local_embedder
-    from memstream.api.services.engine import Engine
+    from memstream.api.services.engine import EmbeddedEngine
     from memstream.api.services.reembed import Reembedder
 
     settings = _settings(data_dir)
@@ -284,7 +284,7 @@ def reembed(data_dir: Path | None, model: str, agents: tuple[str, ...], batch: i
         raise click.UsageError(str(exc)) from None
 
     async def run() -> dict[str, Any]:
-        engine = Engine(settings)
+        engine = EmbeddedEngine(settings)
         await engine.start()
         try:
             columns = (TextColumn("[bold]re-embed"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
@@ -313,14 +313,14 @@ def reembed(data_dir: Path | None, model: str, agents: tuple[str, ...], batch: i
 def export_(data_dir: Path | None, agent: str, embeddings: bool, history: bool) -> None:
     """Write an agent's memories, episodes and profile to stdout as JSONL (CPersona's export
     format, plus each record's history and vector). Safe beside running servers."""
-    from memstream.api.services.engine import Engine
+    from memstream.api.services.engine import EmbeddedEngine
     from memstream.api.tools.transfer.collect import collect
     from memstream.api.tools.transfer.jsonl import dump_lines
 
     settings = _settings(data_dir)
 
     async def run() -> None:
-        engine = Engine(settings)
+        engine = EmbeddedEngine(settings)
         await engine.start()
         try:
             header, records = await collect(engine, agent, include_embeddings=embeddings, include_history=history)
@@ -346,7 +346,7 @@ def export_(data_dir: Path | None, agent: str, embeddings: bool, history: bool) 
 def import_(data_dir: Path | None, file: Any, target_agent: str, dry_run: bool) -> None:
     """Import a JSONL export (FILE, or - for stdin) through the normal write rules. Importing
     the same file again changes nothing; an interrupted import is finished by running it again."""
-    from memstream.api.services.engine import Engine
+    from memstream.api.services.engine import EmbeddedEngine
     from memstream.api.tools.registry import Caller
     from memstream.api.tools.transfer.importing import import_file
 
@@ -354,7 +354,7 @@ def import_(data_dir: Path | None, file: Any, target_agent: str, dry_run: bool) 
     raw = file.read()
 
     async def run() -> dict[str, Any]:
-        engine = Engine(settings)
+        engine = EmbeddedEngine(settings)
         await engine.start()
         try:
             return await import_file(engine, Caller(client_id="cli"), raw, target=target_agent, dry_run=dry_run)

@@ -14,7 +14,7 @@ from memstream.api.faces.auth import stdio_caller
 from memstream.api.faces.mcp import CallerFactory, ToolService, run_stdio, stdio_caller_factory
 from memstream.api.kafka.router.app import RouterEngine
 from memstream.api.services.acl import AclConfig, AclConfigError, load_configured
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 class EmbeddedTools:
     """The embedded engine as a :class:`ToolService`: each call through ``dispatch``."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EmbeddedEngine) -> None:
         self.engine = engine
 
     async def start(self) -> None:
@@ -55,7 +55,7 @@ def tool_service(settings: Settings, acl: AclConfig | None, kafka: KafkaConfig |
     grants in ACL mode (api/kafka/router/gate.py), as dispatch does for the embedded engine."""
     if kafka is not None:
         return RouterEngine(kafka, acl=acl, settings=settings)
-    engine = Engine(settings)
+    engine = EmbeddedEngine(settings)
     engine.acl = acl
     return EmbeddedTools(engine)
 

@@ -27,7 +27,7 @@ from memstream.api.faces.audit_page import add_audit_routes
 from memstream.api.faces.auth import BearerAuth, scope_caller
 from memstream.api.services.acl import load_configured
 from memstream.api.services.embedding import Embedder
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.metrics import CONTENT_TYPE_LATEST, FACE
 from memstream.api.services.settings import Settings
 from memstream.api.tools.dispatch import failure, refuse, run_tool
@@ -156,7 +156,7 @@ def _document_tool(app: FastAPI, tool: Tool, path: str | None = None, components
 def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp: bool = True) -> FastAPI:
     """The ASGI app; its lifespan opens and closes the engine."""
     acl = load_configured(settings)  # a malformed ACL file stops here (AclConfigError)
-    eng = Engine(settings, embedder=embedder)
+    eng = EmbeddedEngine(settings, embedder=embedder)
     eng.acl = acl
     mcp_app = mcp_lifespan = None
     if with_mcp:

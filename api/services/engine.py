@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class Engine:
+class EmbeddedEngine:
     def __init__(
         self,
         settings: Settings,
@@ -279,6 +279,6 @@ class Engine:
             return query()
 
 
-def _offers_the_surface(engine: Engine) -> ports.Engine:
+def _offers_the_surface(engine: EmbeddedEngine) -> ports.Engine:
     """Never called: mypy checks here that the embedded engine offers everything a tool may ask."""
     return engine

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.settings import Settings
 from tests.support.calls import call
@@ -69,7 +69,7 @@ async def test_h4_every_refused_command_is_audited(face: Any) -> None:
     assert "locked" in locked["why"]
 
 
-async def _workload(engine: Engine) -> None:
+async def _workload(engine: EmbeddedEngine) -> None:
     ids = []
     for i in range(40):
         r = await call(engine, "store", agent_id=f"ag{i % 3}", content=f"memory number {i}", id=f"m{i % 30}")
@@ -89,7 +89,7 @@ async def _workload(engine: Engine) -> None:
 
 async def test_h2_rebuild_equals_live_and_calls_no_model(settings: Settings) -> None:
     embedder = HashEmbedder()
-    engine = Engine(settings, embedder=embedder)
+    engine = EmbeddedEngine(settings, embedder=embedder)
     await engine.start()
     await _workload(engine)
     live = await engine.read(engine.runner.digests)
@@ -105,7 +105,7 @@ async def test_h2_rebuild_equals_live_and_calls_no_model(settings: Settings) -> 
     # The snapshots are only a shortcut: remove them all, restart, same state.
     for snap in settings.snapshot_dir.glob("*.snap"):
         snap.unlink()
-    again = Engine(settings, embedder=HashEmbedder())
+    again = EmbeddedEngine(settings, embedder=HashEmbedder())
     await again.start()
     digests = await again.read(again.runner.digests)
     digests["decision"] = again.bus.state.digest()  # type: ignore[union-attr]
@@ -114,7 +114,7 @@ async def test_h2_rebuild_equals_live_and_calls_no_model(settings: Settings) -> 
 
 
 async def test_h2_cli_rebuild_reports_equal_digests_without_an_embedder(settings: Settings) -> None:
-    engine = Engine(settings, embedder=HashEmbedder())
+    engine = EmbeddedEngine(settings, embedder=HashEmbedder())
     await engine.start()
     await _workload(engine)
     await engine.close()
@@ -140,7 +140,7 @@ def test_cli_history_and_tail(settings: Settings, tmp_path: Path) -> None:
     import asyncio
 
     async def seed() -> int:
-        engine = Engine(settings, embedder=HashEmbedder())
+        engine = EmbeddedEngine(settings, embedder=HashEmbedder())
         await engine.start()
         r = await call(engine, "store", agent_id="cli", content="cli memory")
         await call(engine, "update_memory", agent_id="cli", memory_id=r["id"], content="cli memory v2")
@@ -161,7 +161,7 @@ def test_cli_history_and_tail(settings: Settings, tmp_path: Path) -> None:
     assert tail.returncode == 0 and len(tail.stdout.splitlines()) == 2
 
 
-async def test_h4_refusals_with_unpaired_surrogates_are_audited(engine: Engine) -> None:
+async def test_h4_refusals_with_unpaired_surrogates_are_audited(engine: EmbeddedEngine) -> None:
     for args in (
         {"agent_id": "sur", "content": "half a pair: \udfff"},
         {"agent_id": "sur", "content": "fine", "channel": "\ud800"},
@@ -174,7 +174,7 @@ async def test_h4_refusals_with_unpaired_surrogates_are_audited(engine: Engine) 
 
 
 async def test_unusable_checkpoints_are_rebuilt_from_the_log(settings: Settings) -> None:
-    engine = Engine(settings, embedder=HashEmbedder())
+    engine = EmbeddedEngine(settings, embedder=HashEmbedder())
     await engine.start()
     await _workload(engine)
     live = await engine.read(engine.runner.digests)
@@ -185,7 +185,7 @@ async def test_unusable_checkpoints_are_rebuilt_from_the_log(settings: Settings)
     from memstream.streams.snapshots import SnapshotStore
 
     SnapshotStore(settings.snapshot_dir).save("lexical", {"offset": 10**9, "state": {"version": -1}})
-    again = Engine(settings, embedder=HashEmbedder())
+    again = EmbeddedEngine(settings, embedder=HashEmbedder())
     await again.start()
     try:
         assert await again.read(again.runner.digests) == live

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.settings import Settings
 from memstream.projections.runner import replay
@@ -63,7 +63,7 @@ async def test_s1_bad_declarations_change_nothing(face: Any, http_server: Server
 
 
 async def test_s1_deleted_memories_drop_out_of_the_read_model(settings: Settings) -> None:
-    engine = Engine(settings, embedder=HashEmbedder())
+    engine = EmbeddedEngine(settings, embedder=HashEmbedder())
     await engine.start()
     try:
         a = (await call(engine, "store", agent_id="d", content="alpha value 1111"))["id"]
@@ -195,7 +195,7 @@ async def test_s2_bad_input_is_refused(face: Any) -> None:
 
 @pytest.mark.parametrize("name", ["standings", "versions"])
 async def test_new_read_models_rebuild_equal_live(settings: Settings, name: str) -> None:
-    engine = Engine(settings, embedder=HashEmbedder())
+    engine = EmbeddedEngine(settings, embedder=HashEmbedder())
     await engine.start()
     ids = []
     for i in range(12):

@@ -16,7 +16,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from memstream.api import tools as _tools  # noqa: F401
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
@@ -24,7 +24,7 @@ from tests.support.embedders import HashEmbedder
 
 
 async def main(data_dir: str, tag: str) -> None:
-    engine = Engine(load_settings(data_dir=Path(data_dir), sync="NORMAL"), embedder=HashEmbedder())
+    engine = EmbeddedEngine(load_settings(data_dir=Path(data_dir), sync="NORMAL"), embedder=HashEmbedder())
     await engine.start()
     caller = Caller(client_id="checkpointer")
     loop = asyncio.get_running_loop()

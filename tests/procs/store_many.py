@@ -15,7 +15,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from memstream.api import tools as _tools  # noqa: F401
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
@@ -23,7 +23,7 @@ from tests.support.embedders import HashEmbedder
 
 
 async def main(data_dir: str, worker: int, count: int) -> None:
-    engine = Engine(load_settings(data_dir=Path(data_dir)), embedder=HashEmbedder())
+    engine = EmbeddedEngine(load_settings(data_dir=Path(data_dir)), embedder=HashEmbedder())
     await engine.start()
     try:
         caller = Caller(client_id=f"worker-{worker}")

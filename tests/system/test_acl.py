@@ -24,7 +24,7 @@ from memstream.api.services.acl import (
     effective_permission,
     load_acl,
 )
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
@@ -422,7 +422,7 @@ async def test_context_routes_are_subject_to_grants(acl_server: ServerThread) ->
 async def test_dispatch_refuses_unauthenticated_callers_in_acl_mode(tmp_path: Path) -> None:
     """A face that forgot to authenticate (Caller without ``authenticated``) gets nothing."""
     settings = load_settings(env={}, data_dir=tmp_path / "data", sync="NORMAL")
-    engine = Engine(settings, embedder=HashEmbedder())
+    engine = EmbeddedEngine(settings, embedder=HashEmbedder())
     await engine.start()
     try:
         engine.acl = load_acl(write_acl(tmp_path / "acl.json", ACL))

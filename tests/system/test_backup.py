@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from memstream.api.cli.commands import main
 from memstream.api.services.backup import BackupError, backup_log, restore_log
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.settings import Settings, load_settings
 from tests.support.embedders import HashEmbedder
@@ -77,7 +77,7 @@ def test_online_backup_while_writing_then_restore(settings: Settings, tmp_path: 
         assert again["projections"][name]["rebuilt"] == digests["rebuilt"], name
 
     async def contents() -> set[str]:
-        eng = Engine(restored, embedder=HashEmbedder())
+        eng = EmbeddedEngine(restored, embedder=HashEmbedder())
         await eng.start()
         try:
             return await eng.read(lambda: {r.content for r in eng.memories.rows.values()})
@@ -94,7 +94,7 @@ def test_online_backup_while_writing_then_restore(settings: Settings, tmp_path: 
 
 def test_restore_refuses_a_data_dir_with_a_log(settings: Settings, tmp_path: Path) -> None:
     async def make() -> None:
-        eng = Engine(settings, embedder=HashEmbedder())
+        eng = EmbeddedEngine(settings, embedder=HashEmbedder())
         await eng.start()
         await eng.close()
 

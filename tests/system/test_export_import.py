@@ -11,7 +11,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import Settings, load_settings
 from tests.support.calls import call
 from tests.support.embedders import HashEmbedder
@@ -119,7 +119,7 @@ async def test_export_then_import_twice_through_the_face(
 
 
 async def test_export_import_into_a_fresh_store_gives_equal_recall(settings: Settings, tmp_path: Path) -> None:
-    src = Engine(settings, embedder=HashEmbedder())
+    src = EmbeddedEngine(settings, embedder=HashEmbedder())
     await src.start()
     try:
         await populate(lambda t, a: call(src, t, **a), "alice")
@@ -135,7 +135,7 @@ async def test_export_import_into_a_fresh_store_gives_equal_recall(settings: Set
     (fresh.data_dir / "exports").mkdir(parents=True)
     shutil.copy(settings.data_dir / "exports" / "alice.jsonl", fresh.data_dir / "exports" / "alice.jsonl")
     embedder = HashEmbedder()
-    dst = Engine(fresh, embedder=embedder)
+    dst = EmbeddedEngine(fresh, embedder=embedder)
     await dst.start()
     try:
         body = await call(dst, "import_memories", input_path="alice.jsonl")
@@ -150,11 +150,11 @@ async def test_export_import_into_a_fresh_store_gives_equal_recall(settings: Set
         await dst.close()
 
 
-async def _id_of(engine: Engine, content: str) -> int:
+async def _id_of(engine: EmbeddedEngine, content: str) -> int:
     return await engine.read(lambda: next(r.id for r in engine.memories.rows.values() if r.content == content))
 
 
-async def test_refusals_change_nothing(engine: Engine) -> None:
+async def test_refusals_change_nothing(engine: EmbeddedEngine) -> None:
     await populate(lambda t, a: call(engine, t, **a), "a")
     end = engine.log.end_offset()
     out = await call(engine, "export_memories", agent_id="a", output_path="../escape.jsonl")
@@ -232,7 +232,7 @@ def test_cli_export_and_import(settings: Settings, tmp_path: Path) -> None:
     from memstream.api.cli.commands import main
 
     async def fill() -> None:
-        eng = Engine(settings, embedder=HashEmbedder())
+        eng = EmbeddedEngine(settings, embedder=HashEmbedder())
         await eng.start()
         try:
             await populate(lambda t, a: call(eng, t, **a), "cli")

@@ -25,7 +25,7 @@ import httpx
 import orjson
 import pytest
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.dispatch import run_tool
@@ -50,7 +50,7 @@ def data_settings(data: Path, **over: Any) -> Settings:
 async def fill(data: Path, n: int = 1_500) -> None:
     """A log with memories (vectors included), an episode, a profile, declarations, standings,
     a lock, an update and a delete; closed cleanly, so every checkpoint is on disk."""
-    engine = Engine(data_settings(data), embedder=HashEmbedder())
+    engine = EmbeddedEngine(data_settings(data), embedder=HashEmbedder())
     await engine.start()
     try:
         answers = await asyncio.gather(
@@ -97,7 +97,7 @@ def assert_live_equals_replay(data: Path) -> dict[str, Any]:
 
 async def serve_answers(data: Path) -> dict[str, Any]:
     """Start an engine on the data dir and ask it something from every read model."""
-    engine = Engine(data_settings(data), embedder=HashEmbedder())
+    engine = EmbeddedEngine(data_settings(data), embedder=HashEmbedder())
     await engine.start()
     try:
         out = {}
@@ -286,7 +286,7 @@ def test_sigkill_during_rebuild_leaves_a_startable_store(filled: Path, tmp_path:
 # -- a full disk ----------------------------------------------------------------------------------
 
 
-def set_max_pages(engine: Engine, pages: int | None) -> None:
+def set_max_pages(engine: EmbeddedEngine, pages: int | None) -> None:
     """Cap the log's size on the writer's own connection (SQLite then fails appends with
     SQLITE_FULL, "database or disk is full": what a full disk gives), or lift the cap."""
     conn = engine.bus._conn
@@ -301,7 +301,7 @@ def test_full_disk_fails_writes_cleanly_and_recovers(tmp_path: Path) -> None:
     acked: dict[str, int] = {}
     refused: list[dict[str, Any]] = []
     with ServerThread(settings) as srv, httpx.Client(base_url=srv.url, timeout=30) as http:
-        engine: Engine = srv.app.state.engine
+        engine: EmbeddedEngine = srv.app.state.engine
 
         def store(i: int, **extra: Any) -> httpx.Response:
             body = {"agent_id": f"d{i % 3}", "content": f"disk note {i} " + "pad " * 200, "id": f"m{i}", **extra}
@@ -364,7 +364,7 @@ def test_full_disk_while_checkpointing_keeps_serving(
     caplog.set_level(logging.WARNING)
 
     async def scenario() -> None:
-        engine = Engine(settings, embedder=HashEmbedder())
+        engine = EmbeddedEngine(settings, embedder=HashEmbedder())
         await engine.start()
         try:
             full["on"] = True

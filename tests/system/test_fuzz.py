@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.dispatch import run_tool
 from memstream.api.tools.registry import REGISTRY, Caller
@@ -245,9 +245,9 @@ def test_schemathesis_no_5xx_and_refusals_change_nothing(server: ServerThread) -
 
 
 @pytest.fixture(scope="module")
-def loop_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[asyncio.AbstractEventLoop, Engine]]:
+def loop_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[asyncio.AbstractEventLoop, EmbeddedEngine]]:
     loop = asyncio.new_event_loop()
-    engine = Engine(fuzz_settings(tmp_path_factory.mktemp("fuzz-dispatch")), embedder=HashEmbedder())
+    engine = EmbeddedEngine(fuzz_settings(tmp_path_factory.mktemp("fuzz-dispatch")), embedder=HashEmbedder())
     loop.run_until_complete(engine.start())
     # Something to find, lock, update and delete.
     for i in range(5):
@@ -262,7 +262,7 @@ def loop_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[asyn
 
 
 def test_dispatch_fuzz_never_raises_and_refusals_change_nothing(
-    loop_engine: tuple[asyncio.AbstractEventLoop, Engine],
+    loop_engine: tuple[asyncio.AbstractEventLoop, EmbeddedEngine],
 ) -> None:
     loop, engine = loop_engine
     codes: Counter[str] = Counter()

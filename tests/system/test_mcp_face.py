@@ -36,7 +36,7 @@ from memstream.api.faces.mcp import (
     build_server,
     streamable_http_app,
 )
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.registry import REGISTRY, Caller, Tool, ToolArgs
 
@@ -173,7 +173,7 @@ async def _store_and_read(client: Client, tools: dict[str, Any]) -> None:
 
 async def test_in_process(tmp_path, echo_tool):
     """build_server on its own, with a custom caller factory, connected in-process."""
-    engine = Engine(load_settings(env=_engine_env(tmp_path)))
+    engine = EmbeddedEngine(load_settings(env=_engine_env(tmp_path)))
     await engine.start()
     try:
         async with asyncio.timeout(DEADLINE_S), Client(build_server(engine, lambda _r: Caller("inproc"))) as client:
@@ -307,7 +307,7 @@ async def test_stdio_entry_points(tmp_path, args):
 
 def _fastapi_app(tmp_path: Path) -> FastAPI:
     """The app the module docstring describes: its lifespan owns the engine and runs MCP's."""
-    engine = Engine(load_settings(env=_engine_env(tmp_path)))
+    engine = EmbeddedEngine(load_settings(env=_engine_env(tmp_path)))
     mcp_app, mcp_lifespan = streamable_http_app(engine)
 
     @contextlib.asynccontextmanager

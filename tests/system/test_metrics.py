@@ -13,7 +13,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import Settings, load_settings
 from tests.support.calls import call
 from tests.support.embedders import HashEmbedder
@@ -69,7 +69,7 @@ async def test_metrics_move_when_calls_happen(face: Any, http_server: ServerThre
 async def test_lag_and_fold_progress(settings: Settings) -> None:
     """Writes from another process show as projection lag until a read folds them; the start-up
     fold reports events folded / total."""
-    first = Engine(settings, embedder=HashEmbedder())
+    first = EmbeddedEngine(settings, embedder=HashEmbedder())
     await first.start()
     for i in range(30):
         await call(first, "store", agent_id="f", content=f"fold progress number {i}")
@@ -78,9 +78,9 @@ async def test_lag_and_fold_progress(settings: Settings) -> None:
     for f in snapshots.glob("*"):
         f.unlink()  # no checkpoints: start-up folds the whole log
 
-    eng = Engine(settings, embedder=HashEmbedder())
+    eng = EmbeddedEngine(settings, embedder=HashEmbedder())
     await eng.start()
-    other = Engine(settings, embedder=HashEmbedder())
+    other = EmbeddedEngine(settings, embedder=HashEmbedder())
     await other.start()
     try:
         values = _values(eng)
@@ -97,7 +97,7 @@ async def test_lag_and_fold_progress(settings: Settings) -> None:
         await eng.close()
 
 
-def _values(engine: Engine) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def _values(engine: EmbeddedEngine) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}
     for family in text_string_to_metric_families(engine.metrics.render().decode()):
         for s in family.samples:
@@ -127,7 +127,7 @@ def json_logs() -> Iterator[io.StringIO]:
         CALLS.setLevel(saved[2])
 
 
-async def test_json_call_logs_carry_the_fields_and_no_content(engine: Engine, json_logs: io.StringIO) -> None:
+async def test_json_call_logs_carry_the_fields_and_no_content(engine: EmbeddedEngine, json_logs: io.StringIO) -> None:
     from memstream.api.tools.registry import Caller
 
     secret = "the launch code is zebra-42"
@@ -150,7 +150,7 @@ async def test_json_call_logs_carry_the_fields_and_no_content(engine: Engine, js
 
 async def test_health_verdicts(tmp_path: Any) -> None:
     settings = load_settings(env={}, data_dir=tmp_path / "h", sync="NORMAL", snapshot_every=5)
-    eng = Engine(settings, embedder=HashEmbedder())
+    eng = EmbeddedEngine(settings, embedder=HashEmbedder())
     await eng.start()
     try:
         for i in range(6):

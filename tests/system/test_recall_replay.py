@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import Settings
 from tests.support.calls import call
 from tests.support.embedders import HashEmbedder
@@ -61,7 +61,7 @@ async def test_recall_during_a_write_storm_never_errors(http_server: ServerThrea
 
 
 async def test_rebuilt_read_models_answer_recall_exactly_as_live(settings: Settings) -> None:
-    engine = Engine(settings, embedder=HashEmbedder())
+    engine = EmbeddedEngine(settings, embedder=HashEmbedder())
     await engine.start()
     topics = ["deploy key rotation staging", "green tea mornings", "billing database postgres", "printer paper jam"]
     for i in range(80):
@@ -75,7 +75,7 @@ async def test_rebuilt_read_models_answer_recall_exactly_as_live(settings: Setti
 
     for snap in settings.snapshot_dir.iterdir():
         snap.unlink()  # no checkpoint of any kind: everything is folded from offset 0
-    rebuilt = Engine(settings, embedder=HashEmbedder())
+    rebuilt = EmbeddedEngine(settings, embedder=HashEmbedder())
     await rebuilt.start()
     try:
         again = [await call(rebuilt, "recall", agent_id="rp", query=q, limit=10) for q in QUERIES]

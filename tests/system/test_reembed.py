@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.reembed import Reembedder
 from memstream.api.services.settings import Settings
@@ -45,14 +45,14 @@ def events_of(settings: Settings, type_: str) -> list[Any]:
         log.close()
 
 
-async def fill(engine: Engine, agent: str, n: int) -> None:
+async def fill(engine: EmbeddedEngine, agent: str, n: int) -> None:
     for i in range(n):
         await call(engine, "store", agent_id=agent, content=f"{TOPICS[i % len(TOPICS)]} note {i}", id=f"{agent}{i}")
     await call(engine, "archive_episode", agent_id=agent, summary="we talked about tea and printers")
 
 
-def engine_for(settings: Settings) -> Engine:
-    return Engine(settings, embedder=HashEmbedder(), embedders={"test-hash-b": SecondHashEmbedder()})
+def engine_for(settings: Settings) -> EmbeddedEngine:
+    return EmbeddedEngine(settings, embedder=HashEmbedder(), embedders={"test-hash-b": SecondHashEmbedder()})
 
 
 async def test_reembed_moves_the_agent_and_recall_follows(settings: Settings) -> None:
@@ -224,7 +224,7 @@ async def test_the_admin_tool_runs_the_job_and_reports_progress(settings: Settin
 @pytest.mark.parametrize("trial", range(2))
 def test_reembed_killed_with_sigkill_resumes_and_completes(settings: Settings, trial: int) -> None:
     async def setup() -> None:
-        engine = Engine(settings, embedder=HashEmbedder())
+        engine = EmbeddedEngine(settings, embedder=HashEmbedder())
         await engine.start()
         try:
             await fill(engine, "k1", 120)

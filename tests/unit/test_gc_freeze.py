@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import gc
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import Settings
 from tests.support.calls import call
 from tests.support.embedders import HashEmbedder
 
 
 async def test_a_started_engine_freezes_its_read_models(settings: Settings) -> None:
-    first = Engine(settings, embedder=HashEmbedder())
+    first = EmbeddedEngine(settings, embedder=HashEmbedder())
     await first.start()
     try:
         for i in range(20):
@@ -22,7 +22,7 @@ async def test_a_started_engine_freezes_its_read_models(settings: Settings) -> N
         await first.close()
     gc.unfreeze()
     assert gc.get_freeze_count() == 0
-    second = Engine(settings, embedder=HashEmbedder())
+    second = EmbeddedEngine(settings, embedder=HashEmbedder())
     await second.start()
     try:
         assert gc.get_freeze_count() > 0

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.projections.lexical import LexicalProjection, pruning
 from memstream.projections.lexical import bm25 as bm25mod
 from memstream.projections.lexical import index as indexmod
@@ -818,7 +818,7 @@ def check_history(events: list[dict], read_every: int) -> None:
 # -- the events the real deciders write -------------------------------------------------------------
 
 
-async def test_fold_of_a_real_engine_log(engine: Engine) -> None:
+async def test_fold_of_a_real_engine_log(engine: EmbeddedEngine) -> None:
     s1 = await call(engine, "store", agent_id="eng", content="the deploy key is 0xef0101", project_id="P")
     s2 = await call(engine, "store", agent_id="eng", content="東京オフィスの会議メモ")
     s3 = await call(engine, "store", agent_id="eng", content="temporary note")

@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 
 from memstream.api.query.recall.pipeline import RecallRequest, run_recall
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import Settings
 from memstream.projections.scope import ScopeFilter
 from tests.support.calls import call
 from tests.support.embedders import HashEmbedder
 
 
-def _spy(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def _spy(engine: EmbeddedEngine, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     asked: list[str] = []
     real = engine.lexical.keyword_shares
 
@@ -28,7 +28,7 @@ def _spy(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 async def test_keyword_channel_runs_only_when_bm25_leaves_the_vote_short(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
+    engine: EmbeddedEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for i in range(120):  # a pool large enough for a lexical-only row to pass the gate
         await call(engine, "store", agent_id="a", content=f"the harbour crane number {i} lifts containers")
@@ -49,7 +49,7 @@ async def test_keyword_channel_runs_only_when_bm25_leaves_the_vote_short(
 
 
 async def test_cascade_always_consults_the_keyword_channel(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    engine = Engine(settings.model_copy(update={"recall_mode": "cascade"}), embedder=HashEmbedder())
+    engine = EmbeddedEngine(settings.model_copy(update={"recall_mode": "cascade"}), embedder=HashEmbedder())
     await engine.start()
     try:
         for i in range(12):

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memstream.api.query.reconstruct import core
-from memstream.api.services.engine import Engine
+from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.settings import Settings, load_settings
 from tests.support.calls import call
@@ -35,7 +35,7 @@ CORPUS = [
 ]
 
 
-async def _scenario(engine: Engine) -> list[int]:
+async def _scenario(engine: EmbeddedEngine) -> list[int]:
     ids = []
     for i, text in enumerate(CORPUS):
         r = await call(engine, "store", agent_id="alice", content=text, timestamp=T.format(1 + i % 3, i))
@@ -103,7 +103,7 @@ GOLDEN_QUERIES: list[dict[str, Any]] = [
 
 
 async def test_golden_reconstruct_outputs(settings: Settings) -> None:
-    engine = Engine(settings, embedder=HashEmbedder())
+    engine = EmbeddedEngine(settings, embedder=HashEmbedder())
     await engine.start()
     try:
         await _scenario(engine)
@@ -118,7 +118,7 @@ async def test_golden_reconstruct_outputs(settings: Settings) -> None:
 
 
 async def test_rebuild_equals_live_for_the_association_graph(settings: Settings) -> None:
-    engine = Engine(settings, embedder=HashEmbedder())
+    engine = EmbeddedEngine(settings, embedder=HashEmbedder())
     await engine.start()
     ids = await _scenario(engine)
     await call(engine, "declare_associations", agent_id="alice", retract={"relations": [1]})
@@ -135,7 +135,7 @@ async def test_rebuild_equals_live_for_the_association_graph(settings: Settings)
     # and from no snapshot at all
     for snap in settings.snapshot_dir.glob("*.snap"):
         snap.unlink()
-    again = Engine(settings, embedder=HashEmbedder())
+    again = EmbeddedEngine(settings, embedder=HashEmbedder())
     await again.start()
     assert (await again.read(again.runner.digests))["associations"] == live["associations"]
     await again.close()
@@ -169,7 +169,7 @@ _agents = itertools.count()
 _loop = asyncio.new_event_loop()
 
 
-async def _answers(engine: Engine, agent: str) -> list[Any]:
+async def _answers(engine: EmbeddedEngine, agent: str) -> list[Any]:
     out: list[Any] = []
     for q in PROBES:
         out.append(await call(engine, "recall", agent_id=agent, query=q))
@@ -184,7 +184,7 @@ async def _answers(engine: Engine, agent: str) -> list[Any]:
 def test_declare_then_retract_restores_every_answer(tmp_path_factory: Any, decls: list[Any]) -> None:
     async def run() -> None:
         data = tmp_path_factory.mktemp("prop") / "data"
-        engine = Engine(load_settings(env={}, data_dir=data, sync="NORMAL"), embedder=HashEmbedder())
+        engine = EmbeddedEngine(load_settings(env={}, data_dir=data, sync="NORMAL"), embedder=HashEmbedder())
         await engine.start()
         try:
             agent = f"a{next(_agents)}"
