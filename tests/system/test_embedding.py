@@ -60,9 +60,6 @@ def _load_server_module():
     return mod
 
 
-# -- default model -----------------------------------------------------------------------------
-
-
 # -- HTTP backend against bench/embed_server.py -------------------------------------------------
 
 
