@@ -27,7 +27,7 @@ Streamable HTTP, inside the FastAPI app that owns the engine::
     from starlette.routing import Route
     from memstream.api.faces.mcp import streamable_http_app
 
-    engine = Engine(settings)                        # started/closed by the lifespan below
+    engine = EmbeddedEngine(settings)                # started/closed by the lifespan below
     mcp_app, mcp_lifespan = streamable_http_app(engine)
 
     @contextlib.asynccontextmanager
@@ -91,6 +91,7 @@ from starlette.types import Message, Receive, Scope, Send
 import memstream.api.tools  # noqa: F401  (the package imports, and so registers, every tool)
 from memstream.api.faces.auth import scope_caller
 from memstream.api.services.metrics import FACE
+from memstream.api.services.ports import Engine
 from memstream.api.tools.dispatch import dispatch, failure, list_tools
 from memstream.api.tools.registry import Caller
 
@@ -313,7 +314,7 @@ class ToolService(Protocol):
 
 
 def build_server(
-    engine: Any, caller_factory: CallerFactory | None = None, *, call: RemoteCall | None = None
+    engine: Engine | None, caller_factory: CallerFactory | None = None, *, call: RemoteCall | None = None
 ) -> Server[Any]:
     """A low-level MCP server over the tool registry: list_tools() and dispatch(), nothing else
     (or ``call`` instead of dispatch, for a router that runs tools on other processes)."""
@@ -337,6 +338,7 @@ def build_server(
             if call is not None:
                 result = await call(caller, params.name, arguments)
             else:
+                assert engine is not None, "build_server needs an engine or a call"
                 result = await dispatch(engine, caller, params.name, arguments)
         except Exception:  # dispatch never raises; a bug there must still not become a protocol error
             log.exception("dispatch raised for tool %s", params.name)
@@ -443,7 +445,7 @@ class McpHttpApp:
 
     def __init__(
         self,
-        engine: Any,
+        engine: Engine | None,
         caller_factory: CallerFactory | None = None,
         *,
         host: str = "127.0.0.1",
@@ -470,7 +472,7 @@ class McpHttpApp:
         self._manager: StreamableHTTPSessionManager | None = None
 
     @contextlib.asynccontextmanager
-    async def lifespan(self, engine: Any = None) -> AsyncIterator[None]:
+    async def lifespan(self, engine: Engine | None = None) -> AsyncIterator[None]:
         """Run the MCP session manager; enter once per app run, with the engine started."""
         if engine is not None:
             self.engine = engine
@@ -548,7 +550,7 @@ class McpHttpApp:
 
 
 def streamable_http_app(
-    engine: Any, caller_factory: CallerFactory | None = None, **options: Any
+    engine: Engine, caller_factory: CallerFactory | None = None, **options: Any
 ) -> tuple[McpHttpApp, Callable[[], contextlib.AbstractAsyncContextManager[None]]]:
     """``(asgi_app, lifespan)``: route ``asgi_app`` at ``/mcp``; ``async with lifespan():`` in the app's lifespan.
 

@@ -29,18 +29,26 @@ from memstream.api.tools.dispatch import describe_validation, failure
 from memstream.api.tools.registry import Caller
 from memstream.api.tools.sanitize import InputError
 from memstream.api.tools.transfer.collect import collect
+from memstream.api.tools.transfer.engine import TransferEngine
 from memstream.api.tools.transfer.importer import Importer
 from memstream.api.tools.transfer.merge import merge_into
 from memstream.api.tools.transfer.move import delete_moved
 from memstream.api.tools.transfer.record_commands import record_agent
+from memstream.streams.decision.state import DecisionState
 from memstream.streams.log.kafka import KafkaConfig
 from memstream.streams.log.port import LogUnavailable, partition_for
 
 log = logging.getLogger(__name__)
 
 BodyT = TypeVar("BodyT", bound=TransferBody)
-# One route's work: (engine of the partition, caller, body, the partition, how many there are).
-Part = Callable[[Any, Caller, BodyT, int, int], Awaitable[dict[str, Any]]]
+
+
+class PartEngine(TransferEngine, Protocol):
+    """A worker's engine of one partition, as the parts use it."""
+
+    async def decisions(self) -> DecisionState | None:
+        """The decider's state of the partition, folded first if it was not yet."""
+        ...
 
 
 class PartitionEngines(Protocol):
@@ -49,8 +57,11 @@ class PartitionEngines(Protocol):
     worker_id: str
     cfg: KafkaConfig
 
-    # Any: the engine surface the transfer tools take (api/services/), whichever class serves it.
-    def engine_for_call(self, args: Any, partition: int | None = None) -> Any: ...
+    def engine_for_call(self, args: Any, partition: int | None = None) -> PartEngine | None: ...
+
+
+# One route's work: (engine of the partition, caller, body, the partition, how many there are).
+Part = Callable[[PartEngine, Caller, BodyT, int, int], Awaitable[dict[str, Any]]]
 
 
 def transfer_routes(worker: PartitionEngines) -> list[Route]:
@@ -96,7 +107,7 @@ def transfer_routes(worker: PartitionEngines) -> list[Route]:
 
 
 async def _collect_part(
-    engine: Any, caller: Caller, body: CollectBody, partition: int, partitions: int
+    engine: PartEngine, caller: Caller, body: CollectBody, partition: int, partitions: int
 ) -> dict[str, Any]:
     header, records = await collect(
         engine, body.agent_id, include_embeddings=body.include_embeddings, include_history=body.include_history
@@ -105,7 +116,7 @@ async def _collect_part(
 
 
 async def _import_part(
-    engine: Any, caller: Caller, body: ImportBody, partition: int, partitions: int
+    engine: PartEngine, caller: Caller, body: ImportBody, partition: int, partitions: int
 ) -> dict[str, Any]:
     for n, rec in body.records:
         try:
@@ -136,7 +147,7 @@ async def _import_part(
 
 
 async def _delete_part(
-    engine: Any, caller: Caller, body: DeleteMovedBody, partition: int, partitions: int
+    engine: PartEngine, caller: Caller, body: DeleteMovedBody, partition: int, partitions: int
 ) -> dict[str, Any]:
     if partition_for(body.source, partitions) != partition:
         raise InputError(f"agent {body.source!r} is not of partition {partition}")
