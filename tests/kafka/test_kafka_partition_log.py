@@ -71,7 +71,7 @@ async def test_scattered_offsets_and_instants(cfg: KafkaConfig) -> None:
                 assert await plog.first_after(p, when, end) == linear, (p, when)
             # one agent's events of the partition, by type
             agent = mine[0][0]
-            view = plog.view(Models(p))
+            view = plog.view(p, Models(p))
             stored = await view.read(agent_id=agent, types=["memory.stored"])
             assert stored and all(r.agent_id == agent and r.type == "memory.stored" for r in stored)
             assert len(stored) == sum(1 for r in every if r.agent_id == agent and r.type == "memory.stored")
