@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from memstream.api.services.acl import AclConfig
+from memstream.api.services.embedders import Embedders
 from memstream.api.services.embedding import Embedder
 from memstream.api.services.jobs import ReembedJob
 from memstream.api.services.metrics import Metrics
@@ -189,6 +190,17 @@ class Engine(Reads, ToolHost, Protocol):
     @property
     def embedder(self) -> Embedder:
         """The configured model (new agents get it)."""
+        ...
+
+    @property
+    def embedders(self) -> Embedders:
+        """Every model this process embeds with, by id (the configured one, and those re-embeds moved agents to)."""
+        ...
+
+    def agent_model(self, agent_id: str) -> str | Awaitable[str | None] | None:
+        """The model of an agent's vectors (None: it has none yet). The embedded engine answers at
+        once, a Kafka worker's engine once its read models include its acknowledged writes (an
+        awaitable); ``streams.log.port.resolved`` takes either."""
         ...
 
     @property

@@ -171,7 +171,7 @@ async def context_packet(engine: Engine, caller: Caller, args: ContextPacketArgs
                     signal=signal,
                     version=version.version if version is not None else 1,
                     last_verified_at=parse_time(version.last_verified_at if version is not None else row.created_at),
-                    msg_id=getattr(row, "msg_id", None),
+                    msg_id=row.msg_id if isinstance(row, MemoryRow) else None,
                     superseded_by=tuple(visible),
                     standing=engine.standings.standing_of(cand.ref),
                 )
