@@ -10,6 +10,9 @@ import os
 # them) ran at about half speed while another one used numpy. Set the variable to override.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+# Each command imports what it runs inside its own function: the composition root may import
+# anything, and this way a command loads only its own stack (faust for `worker`, uvicorn for
+# `serve`, the embedder's runtime for what embeds), after the settings above.
 
 import asyncio  # noqa: E402
 import logging  # noqa: E402

@@ -25,6 +25,7 @@ from starlette.routing import Route
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.faces.audit_page import add_audit_routes
 from memstream.api.faces.auth import BearerAuth, scope_caller
+from memstream.api.faces.mcp import streamable_http_app
 from memstream.api.services.acl import load_configured
 from memstream.api.services.embedding import Embedder
 from memstream.api.services.engine import EmbeddedEngine
@@ -160,8 +161,6 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp
     eng.acl = acl
     mcp_app = mcp_lifespan = None
     if with_mcp:
-        from memstream.api.faces.mcp import streamable_http_app
-
         mcp_app, mcp_lifespan = streamable_http_app(eng)
 
     @contextlib.asynccontextmanager
