@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from memstream.api.services.ports import Reads
+from memstream.api.services.ports import Engine, Reads
 from memstream.api.tools.sanitize import parse_timestamp
 from memstream.streams import commands as c
 
 
-def decided_already(engine: Any, cmd: c.Command) -> bool:
+def decided_already(engine: Engine, cmd: c.Command) -> bool:
     """Whether this command id was decided already (a dry run's guess at "skipped")."""
-    state = getattr(engine.bus, "state", None)
+    state = engine.decision_state
     agent = None if state is None else state.agents.get(cmd.scope.agent_id)  # a lookup adds no agent
     return agent is not None and cmd.command_id in agent.commands
 

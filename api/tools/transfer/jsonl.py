@@ -22,7 +22,7 @@ def export_header(
     memories: list[dict[str, Any]],
     episodes: list[dict[str, Any]],
     profiles: list[dict[str, Any]],
-    **position: Any,
+    **position: int | dict[str, int],
 ) -> dict[str, Any]:
     """A file's header: counts of the records it holds (``check_counts`` refuses a file cut
     short by them) and ``position``, the point of the log the records show: ``log_offset``
