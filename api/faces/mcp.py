@@ -1,65 +1,6 @@
-"""The MCP face: every registered tool over MCP, on stdio and on streamable HTTP.
-
-The face holds no logic of its own. ``tools/list`` is :func:`memstream.api.tools.dispatch.list_tools`
-verbatim, and ``tools/call`` hands the tool name and the raw arguments to
-:func:`memstream.api.tools.dispatch.dispatch`. The dict that comes back goes out as one
-``TextContent`` whose text is that dict as JSON, the way CPersona answers. Nothing is validated
-before dispatch does it. The low-level SDK server does not check arguments against
-``inputSchema``. Arguments that are not a JSON object are passed through as they came (see
-``_keep_raw_arguments``). So are arguments whose strings carry unpaired surrogates, which the
-SDK's JSON parser would refuse (see ``rescue_frame``). An unknown tool name is dispatch's to
-refuse. So every bad call gets the documented failure shape (``ok: false`` + ``error``, W7/W8)
-and never a protocol error. Tool-level failures are not flagged ``isError``: the dict says it
-all (seed 000 §10), and CPersona 2.6 leaves ``isError`` false on them too
-(tests/fixtures/cpersona/responses.json).
-
-stdio::
-
-    memstream mcp        # api/cli/mcp_stdio.py: the embedded engine, or with --kafka a router
-
-It serves what it is given (:class:`ToolService`) until stdin closes, then closes it (the
-embedded engine checkpoints the projections). The caller is ``MEMSTREAM_CLIENT_ID`` (default
-``stdio``). Logs go to stderr. While serving, fd 1 is pointed at stderr by the SDK, so nothing
-but protocol frames can reach stdout.
-
-Streamable HTTP, inside the FastAPI app that owns the engine::
-
-    from starlette.routing import Route
-    from memstream.api.faces.mcp import streamable_http_app
-
-    engine = EmbeddedEngine(settings)                # started/closed by the lifespan below
-    mcp_app, mcp_lifespan = streamable_http_app(engine)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        await engine.start()
-        try:
-            async with mcp_lifespan():               # after engine.start(), before engine.close()
-                yield
-        finally:
-            await engine.close()
-
-    app = FastAPI(lifespan=lifespan)
-    app.router.routes.append(Route("/mcp", endpoint=mcp_app, include_in_schema=False))
-
-Route it with ``Route("/mcp", endpoint=mcp_app)`` (or ``app.add_route("/mcp", mcp_app)``).
-A Starlette ``Route`` whose endpoint is not a function treats it as a raw ASGI app and takes
-every method. Don't use ``app.mount("/mcp", mcp_app)``: a Mount only matches ``/mcp/...``, so
-``POST /mcp`` gets a 307 redirect to ``/mcp/``. The SDK's own client follows that redirect,
-but other MCP clients need not. The app answers on any path it is routed at, so a mount still
-works behind the redirect. ``mcp_lifespan()`` must be entered exactly once per app run (it
-runs the SDK's session manager). Requests that arrive outside it get a 503.
-
-The HTTP side is stateless and answers in JSON (no SSE, no ``Mcp-Session-Id``). Both protocol
-eras are served: the legacy ``initialize`` handshake (2025-xx versions) and the 2026-07-28
-single-exchange requests. Without an ACL file the caller comes from ``Authorization: Bearer
-<token>``, else ``X-Client-Id``, else ``anonymous`` (the value is passed through as the client
-id). With ``MEMSTREAM_ACL_FILE`` the host app's middleware (api/faces/auth.py) has already refused
-unknown tokens, and the caller is the client the token names; on stdio it is the ``local``
-principal (docs/security.md). Host/Origin checking (DNS-rebinding protection) accepts loopback only:
-``127.0.0.1``, ``localhost`` and ``[::1]``, with or without a port. Pass ``host=`` (the bind
-address) or ``allowed_hosts=`` when serving a non-loopback interface.
-"""
+"""The MCP face: every registered tool over MCP, on stdio and on streamable HTTP, answering
+exactly what dispatch (or, in Kafka mode, the router) answers, so a bad call is never a protocol
+error. How it behaves, and how to mount it in an app: docs/mcp.md."""
 
 from __future__ import annotations
 
@@ -439,8 +380,7 @@ def _loopback_security() -> TransportSecuritySettings:
 class McpHttpApp:
     """ASGI app serving MCP streamable HTTP (stateless, JSON responses) over one engine.
 
-    Route it at ``/mcp`` and run :meth:`lifespan` inside the host app's lifespan (see the
-    module docstring).
+    Route it at ``/mcp`` and run :meth:`lifespan` inside the host app's lifespan (docs/mcp.md).
     """
 
     def __init__(
@@ -496,7 +436,7 @@ class McpHttpApp:
         if scope["type"] != "http":
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1000})
-            return  # lifespan: the host app's lifespan runs ours (see the module docstring)
+            return  # lifespan: the host app's lifespan runs ours (docs/mcp.md)
         manager = self._manager
         if manager is None:
             body = orjson.dumps(

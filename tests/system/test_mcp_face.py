@@ -306,7 +306,7 @@ async def test_stdio_entry_points(tmp_path, args):
 
 
 def _fastapi_app(tmp_path: Path) -> FastAPI:
-    """The app the module docstring describes: its lifespan owns the engine and runs MCP's."""
+    """The app docs/mcp.md describes: its lifespan owns the engine and runs MCP's."""
     engine = EmbeddedEngine(load_settings(env=_engine_env(tmp_path)))
     mcp_app, mcp_lifespan = streamable_http_app(engine)
 

@@ -1,18 +1,6 @@
-"""The router (``memstream serve --kafka``): routes each tool call to the worker that owns its agent.
-
-A call names its agent (``agent_id``); the agent's partition (``partition_for``, the same CRC32
-mapping every process uses) is owned by one worker at a time, which announces itself on the
-compacted owners topic. The router tails that topic and forwards the call, body and caller
-headers unchanged, to the owner's ``POST /v1/tools/{name}``. When the owner is gone (killed,
-or the partition moved in a rebalance) the forward fails or answers ``421 not_owner``; the
-router waits for the next announcement and tries again until a deadline, so a call keeps being
-answered through a rebalance, only later. ``recall_fleet``, whose agents may live on several
-partitions, is split into one call per agent (``Router.fleet``).
-
-With an ACL file the router is where callers are authenticated and their grants enforced,
-before anything is forwarded; workers trust the client id the router names. Why, and the trust
-boundary that follows: api/kafka/router/gate.py.
-"""
+"""The router (``memstream serve --kafka``): forwards each tool call to the worker that owns its
+agent's partition, as announced on the owners topic, retrying through rebalances; with an ACL
+file it checks grants first (gate.py). How routing behaves: docs/kafka-operations.md."""
 
 from __future__ import annotations
 

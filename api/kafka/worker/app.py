@@ -1,37 +1,8 @@
-"""A Kafka-mode worker: the decider (a faust agent) plus the read side of its partitions.
-
-The consumer group gives a worker some partitions of the commands topic; because every topic
-is partitioned by agent with the same count, partition ``p`` of the events topic holds exactly
-the agents whose commands the worker decides. For each such partition the worker keeps the full
-set of read models (``read_models()``, as the embedded engine does) and answers every tool call
-for those agents over HTTP with the same tool code as the embedded server (``PartitionEngine`` gives
-it the engine's surface over one partition). Writes for a partition the worker owns are
-decided in-process by the worker's decider (``KafkaDecider.submit_local``: same step,
-same appends, no round trip through the commands and replies topics); any other write goes
-through the worker's ``KafkaCommandBus`` to whichever worker owns the partition.
-
-Who folds the read models (api/kafka/worker/append_fold.py): the worker's faust agent, as it decides.
-The decider is the only writer of its partitions, so once an append is acknowledged where the
-decider expected it, the agent hands the events to ``Worker.appended``, which folds them before
-any submitter hears back. The events topic is the models' changelog, read by one tailing
-consumer (no group: in-memory models resume from their own state, a checkpoint of the partition
-(api/kafka/worker/checkpoints.py) or offset 0, never from a group's committed offset) only to recover:
-catching up on a partition just gained, and taking a partition back whenever the agent cannot
-feed it (a checkpoint holds the models' lock, a batch was not handed over). A partition the agent
-feeds is paused in the tail, so a worker does not fetch and decode its own writes a second time.
-
-Reads of the log itself go to the topics: ``history`` and ``audit_log`` through the worker's
-partition log (``api/kafka/worker/partition_log.py``: one more consumer, one read at a time, with
-deadlines), which ``PartitionEngine.log`` exposes for the call's partition under the names the
-tools use, and ``as_of`` reads through views folded from the events topic up to the point
-(``api/kafka/worker/point_in_time.py``). Offsets in those answers are the partition's own.
-``check_health`` and the file transfers are the router's to answer (the transfers' per-partition
-parts are internal routes here: api/kafka/worker/transfer_parts.py). A re-embed runs on the worker of each partition it
-covers, over that partition's agents (the router starts and reports it per partition).
-
-Each worker announces which partitions it owns, and at which URL, on the compacted owners topic;
-routers (``api/kafka/router/app.py``) route each call by its agent to the owner.
-"""
+"""A Kafka worker (``memstream worker``): the decider (a faust agent: streams/deciders/faust_app.py)
+and the read side of the partitions it owns, whose read models the agent folds as it appends,
+answering every tool call for their agents with the embedded server's tool code
+(``PartitionEngine``). How it folds, recovers, checkpoints and reads the topics:
+docs/kafka-operations.md."""
 
 from __future__ import annotations
 
@@ -144,7 +115,7 @@ class PartitionModels:
 
 class PartitionEngine(NamedModels):
     """The engine of one partition of a worker: the ``Engine`` of api/services/ports.py over the
-    partition's read models, its part of the topics and the worker's decider (see module doc)."""
+    partition's read models, its part of the topics and the worker's decider."""
 
     def __init__(self, worker: Worker, models: PartitionModels) -> None:
         super().__init__(models.projections)
