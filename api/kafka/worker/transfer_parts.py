@@ -25,11 +25,11 @@ from memstream.api.kafka.wire import (
     TransferBody,
 )
 from memstream.api.services.embedding import EmbeddingError
+from memstream.api.services.ports import Engine
 from memstream.api.tools.dispatch import describe_validation, failure
 from memstream.api.tools.registry import Caller
 from memstream.api.tools.sanitize import InputError
 from memstream.api.tools.transfer.collect import collect
-from memstream.api.tools.transfer.engine import TransferEngine
 from memstream.api.tools.transfer.importer import Importer
 from memstream.api.tools.transfer.merge import merge_into
 from memstream.api.tools.transfer.move import delete_moved
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 BodyT = TypeVar("BodyT", bound=TransferBody)
 
 
-class PartEngine(TransferEngine, Protocol):
+class PartEngine(Engine, Protocol):
     """A worker's engine of one partition, as the parts use it."""
 
     async def decisions(self) -> DecisionState | None:

@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+from memstream.api.services.ports import Engine
 from memstream.api.tools.registry import Caller
 from memstream.api.tools.sanitize import InputError
 from memstream.api.tools.transfer.batches import CHUNK, chunks
 from memstream.api.tools.transfer.dedup import decided_already, duplicate_memory, episode_exists
-from memstream.api.tools.transfer.engine import TransferEngine
 from memstream.api.tools.transfer.jsonl import Numbered, split_types
 from memstream.api.tools.transfer.record_commands import RecordCommands
 from memstream.api.tools.transfer.tally import Tally
@@ -28,7 +28,7 @@ class Importer:
     """Turns records into commands and submits them, CHUNK at a time; ``tally`` counts them."""
 
     def __init__(
-        self, engine: TransferEngine, caller: Caller, *, target: str, namespace: str, session_key: str, dry_run: bool
+        self, engine: Engine, caller: Caller, *, target: str, namespace: str, session_key: str, dry_run: bool
     ) -> None:
         self.engine = engine
         self.commands = RecordCommands(

@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import Field, StrictStr
 
+from memstream.api.services.ports import Engine
 from memstream.api.tools.common import CommandId, Flag, SessionKey
 from memstream.api.tools.registry import Caller, ToolArgs
-from memstream.api.tools.transfer.engine import TransferEngine
 from memstream.api.tools.transfer.files import read_export
 from memstream.api.tools.transfer.importer import Importer
 from memstream.api.tools.transfer.jsonl import parse_export
@@ -25,7 +25,7 @@ class ImportArgs(ToolArgs):
 
 
 async def import_file(
-    engine: TransferEngine,
+    engine: Engine,
     caller: Caller,
     raw: bytes,
     *,
@@ -46,7 +46,7 @@ async def import_file(
     return body
 
 
-async def import_memories(engine: TransferEngine, caller: Caller, args: ImportArgs) -> dict[str, Any]:
+async def import_memories(engine: Engine, caller: Caller, args: ImportArgs) -> dict[str, Any]:
     raw = await read_export(engine.settings, args.input_path)
     if isinstance(raw, dict):
         return raw

@@ -6,11 +6,11 @@ from typing import Any
 
 from pydantic import Field, StrictStr
 
+from memstream.api.services.ports import Engine
 from memstream.api.tools.common import CommandId, Flag, SessionKey
 from memstream.api.tools.registry import Caller, ToolArgs
 from memstream.api.tools.transfer.collect import collect
 from memstream.api.tools.transfer.command_ids import command_seed
-from memstream.api.tools.transfer.engine import TransferEngine
 from memstream.api.tools.transfer.importer import Importer
 from memstream.api.tools.transfer.jsonl import Numbered
 from memstream.api.tools.transfer.move import delete_moved, moved_records
@@ -69,7 +69,7 @@ def merge_numbering(records: list[dict[str, Any]]) -> list[Numbered]:
 
 
 async def merge_into(
-    engine: TransferEngine,
+    engine: Engine,
     caller: Caller,
     records: list[Numbered],
     *,
@@ -112,7 +112,7 @@ def merge_answer(args: MergeArgs, tally: Tally, *, profile_copied: bool, source_
     return {k: body[k] for k in _MERGE_ORDER if k in body} | body
 
 
-async def merge_memories(engine: TransferEngine, caller: Caller, args: MergeArgs) -> dict[str, Any]:
+async def merge_memories(engine: Engine, caller: Caller, args: MergeArgs) -> dict[str, Any]:
     """A saga of per-partition commands: stores into the target's partition, then (move)
     deletes in the source's. Re-running a merge that stopped midway finishes it."""
     refused = merge_refusal(args)
