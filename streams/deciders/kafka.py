@@ -1,38 +1,7 @@
-"""The decider on Kafka: per partition, the same decide-and-fold step as the embedded bus.
-
-A worker holds the decision state of each partition of the commands topic it is assigned. The
-state is folded from that partition's events and audit records (merged in decision order by
-the ``after_event`` header) when the partition's first command arrives after an assignment, so
-whatever a previous owner appended is seen before anything is decided. Then, per batch:
-
-1. decide every command in arrival order, folding its events into the state at once (the next
-   command of the batch sees them) with the offsets they will get: this decider is the only
-   writer of its partition of the events and audit topics;
-2. queue the events and audit records in the idempotent producer (``acks=all``, order kept),
-   and go on to the next batch while their acknowledgements are in flight;
-3. in a completion chained to the previous batch's, wait for the acknowledgements, check the
-   records landed at exactly the expected offsets, hand the events to ``on_appended`` (the
-   worker folds its read models there: api/kafka/worker/append_fold.py), and only then reply to each
-   submitter.
-
-A failed append, or records landing elsewhere than expected (another writer: a zombie owner
-after a rebalance), means the state folded records the log does not hold: the decider refuses
-every later batch and the worker stops, so its partitions move and are folded afresh from the
-topics elsewhere. Nothing unacknowledged was replied to; its submitters time out and retry with
-the same command id. Delivery is at least once: a command seen again (redelivered after a
-crash, or retried by its submitter) is recognised by its command id in the folded state and
-answered with its first outcome, appending nothing (W9). That is what makes a decision
-exactly-once in effect without Kafka transactions.
-
-Commands a worker's own query face receives for a partition the worker owns skip the commands
-topic (``submit_local``): they join the same per-partition sequence as the topic's batches
-(one lock per decider, so the two paths never interleave inside a batch), are decided by the
-same step, appended the same way, and answered in-process once their acknowledgements arrived.
-That removes two produces and two fetches from every write, which are most of a write's cost
-on a small cluster. The topic path stays for everyone else: routers, workers writing to a
-partition they do not own, and calls that reach a worker while its partition is moving. Fencing is unchanged: a zombie
-owner deciding locally is caught by the same landed-offset check and stops.
-"""
+"""The decider on Kafka: per partition, the same decide-and-fold step as the embedded bus, as the
+only writer of its partition of the events and audit topics, replying only once its appends
+landed where it expected (else the worker stops). How, batch by batch, and why it is
+exactly-once in effect: docs/kafka-operations.md, "How a decider decides"."""
 
 from __future__ import annotations
 

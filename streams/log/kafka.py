@@ -1,33 +1,6 @@
-"""The Kafka log: memstream's topics on a real Apache Kafka cluster (issue 5, item 1).
-
-Three topics, all with the same partition count and the same agent → partition mapping as the
-embedded log (``log.partition_for``, a CRC32 of the agent id, *not* Kafka's murmur2 default
-partitioner), because ids are allocated per partition and every process must agree where an
-agent's commands are decided:
-
-- ``<prefix>.events``: every accepted write. The source of truth, so retention is infinite
-  (``retention.ms = retention.bytes = -1``) and compaction is off.
-- ``<prefix>.audit``: refused and skipped commands (H4). Infinite retention too: an audit
-  trail that expires is not one.
-- ``<prefix>.commands``: commands on their way to the decider of their partition. Transient
-  (7 days by default): once decided, a command lives on as its events or its audit record.
-- ``<prefix>.replies``: each decision's outcome, sent to the partition the submitting API
-  process reads (one per process, chosen by its instance id). Transient (1 day).
-- ``<prefix>.owners``: which worker answers queries for each partition, at which URL
-  (compacted: the latest announcement per partition).
-
-A record is keyed by its agent id; its value is the event's JSON (``Event.encode``); its
-headers carry the event type (so readers can filter without parsing) and, for events with an
-embedding, the raw little-endian float32 vector (``Event.vector``), so folds that never look
-at vectors never copy them. Offsets are Kafka's, per partition: a ``LogRecord`` read here has
-the partition's offset and its partition, and per-partition folds use them as the embedded
-log's folds use its global offset.
-
-Producers are idempotent with ``acks=all``: a retried send after a lost acknowledgement never
-lands twice, and records of one partition keep their order. Topics are created explicitly
-(``ensure_topics``) and an existing topic whose partition count differs is refused rather than
-used: changing it would move agents to other partitions behind the deciders' backs.
-"""
+"""The Kafka log: memstream's topics on a real Apache Kafka cluster, partitioned by agent as the
+embedded log is (``partition_for``), created explicitly and appended to idempotently. The
+topics, their records and why: docs/kafka-operations.md, "Topics"."""
 
 from __future__ import annotations
 
