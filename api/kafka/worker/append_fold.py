@@ -1,18 +1,8 @@
-"""Fold-on-append: which of the events a decider just appended a partition's read models take.
-
-A worker's read models of partition ``p`` are folded by the worker's faust agent as it decides:
-the decider is the only writer of ``p``, so once its appends are acknowledged at the offsets it
-checked, those events *are* the log's next records, and the agent folds them into the read
-models before it replies (``KafkaDecider.on_appended``). The events topic then plays the part a
-changelog plays for a faust table: it is read only to recover, by the worker's tail consumer,
-when the worker gains a partition (from a checkpoint or offset 0) and whenever the models fall
-out of step with the agent (a checkpoint holding the models' lock, a batch the agent could not
-hand over). While the agent feeds a partition, the tail leaves it paused, so a worker's own
-writes are not fetched and decoded a second time.
-
-The decision is a pure function of the models' position and the batch's offsets, so every case
-(already folded by the tail, contiguous, a gap) is tested without a broker.
-"""
+"""Fold-on-append: which of the events a decider just appended a partition's read models take (the
+worker's faust agent folds them before it replies; the tail consumer only recovers:
+docs/kafka-operations.md, "The read side and routing"). A pure function of the models' position
+and the batch's offsets, so every case (already folded, contiguous, a gap) is tested without a
+broker."""
 
 from __future__ import annotations
 

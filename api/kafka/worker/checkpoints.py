@@ -1,21 +1,7 @@
-"""Checkpoints of a Kafka worker's read models, one set per partition of the events topic.
-
-Without them a worker that gains a partition folds it from offset 0, which on a large topic is
-the whole history. With them it loads the read models as of a checkpointed offset and folds
-only the tail. The topic stays the truth, so a checkpoint is used only when it provably
-belongs to this topic:
-
-- it is complete: the marker (``checkpoint``) is written last and names the offset every read
-  model's snapshot must carry; a set torn by a crash, or mixed from two writers (a partition's
-  old and new owner sharing a data directory), fails that check;
-- it is of this log: the marker carries the sha256 of the event at its offset, which is read
-  back from the topic. A topic deleted and recreated under the same name (offsets restarting
-  from 0, or different events at the same offsets) fails that check.
-
-A checkpoint that fails either check is ignored and the partition is folded from offset 0: a
-missing shortcut, never wrong state. Snapshots use ``SnapshotStore`` (atomic, checksummed), as
-the embedded engine's do.
-"""
+"""Checkpoints of a worker's read models, one set per partition of the events topic, used only
+when provably complete and of this topic (a marker written last, anchored by the sha256 of the
+event at its offset); otherwise the partition is folded from 0: a missing shortcut, never wrong
+state. Why and how: docs/kafka-operations.md, "Checkpoints of the workers' read models"."""
 
 from __future__ import annotations
 

@@ -1,21 +1,8 @@
-"""A Kafka-mode worker's own reads of the log: its partitions of the events and audit topics.
-
-The embedded server answers ``history`` and ``audit_log`` by reading its log file; a worker has
-no file, so it reads the topics. ``KafkaPartitionLog`` is that reader: one consumer without a
-group per worker (it never disturbs the deciders' consumer group or the read models' tail),
-used by one read at a time (a lock: every read re-assigns and seeks it), and every read has a
-deadline, after which the call fails with ``LogUnavailable`` (HTTP 503) instead of hanging on
-a broker that does not answer.
-
-``PartitionLogView`` is one partition of it shaped as the engine's log (``engine.log``), with
-the method names the tools call (``read``, ``read_offsets``, ``read_audit``, ``end_offset``),
-so ``api/tools/reads.py`` serves both modes with the same code. Its reads return awaitables
-(the tools resolve them with ``streams.log.resolved``), and its offsets are the partition's:
-Kafka numbers each partition from 0, where the embedded log numbers every event once.
-
-``fold_partitions`` is the replay loop (offset 0 up to a bound, per partition) that
-``memstream rebuild --kafka`` and point-in-time reads (``api/kafka/worker/point_in_time.py``) share.
-"""
+"""A worker's own reads of the log (a worker has no file, so ``history`` and ``audit_log`` read its
+partitions of the topics): one group-less consumer, one read at a time, each within a deadline;
+``PartitionLogView`` shapes one partition as the engine's log, so the tools serve both modes with
+one code. Offsets are the partition's: docs/kafka-operations.md, "History, audit and
+point-in-time reads"."""
 
 from __future__ import annotations
 

@@ -1,22 +1,7 @@
-"""Point-in-time reads (H3) on a Kafka-mode worker: a partition's read models at an offset or
-an instant.
-
-As in embedded mode (``api/services/point_in_time.py``), the state at a point is fresh read models
-folded from offset 0 up to it, with the replay loop ``memstream rebuild --kafka`` uses
-(``fold_partitions``), and answered through the same ``View`` (so every read tool answers
-"as of" with the code that answers "now"). What differs is what a point is:
-
-- an offset is an offset of the call's partition (the agent's), since Kafka numbers each
-  partition from 0: ``as_of: n`` is the state after event ``n`` of that partition;
-- an instant is mapped to the first event of the partition that occurred after it, by the
-  events' ``occurred_at`` (the ``at`` that ``history`` shows), exactly as the embedded server
-  maps it on its log; Kafka's record timestamps are not used (they are set when the decider
-  appends, a little after ``occurred_at``, so an instant copied from ``history`` would miss
-  its own event).
-
-The last few states built are kept (as the embedded engine does), per worker, keyed by
-partition and stop.
-"""
+"""Point-in-time reads (H3) on a worker: a partition's read models folded from offset 0 up to an
+offset of that partition or an instant (by the events' ``occurred_at``, as embedded mode maps
+it), answered through embedded mode's ``View``; the last few states are kept. The rules:
+docs/kafka-operations.md, "History, audit and point-in-time reads"."""
 
 from __future__ import annotations
 

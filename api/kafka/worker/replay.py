@@ -1,14 +1,7 @@
-"""Replay in Kafka mode: fold partitions of the events topic from offset 0 into fresh read models.
-
-The workers' read models are folds of their partitions, started from offset 0 whenever a worker
-gains a partition; there is no consumer-group offset to reset, because the read models never
-resume from one. This module is the same fold run on its own (``memstream rebuild --kafka``):
-it reports each read model's digest per partition, optionally only up to an offset (the state
-as of that point of the partition), and how fast the topic was folded. Compared with a
-worker's live digests (``GET /digests`` on the worker), it proves the workers' state is the
-log's and nothing else. The fold loop (``fold_partitions``) is the one workers use for
-point-in-time reads (``api/kafka/worker/point_in_time.py``).
-"""
+"""Replay in Kafka mode (``memstream rebuild --kafka``): partitions of the events topic folded from
+offset 0 into fresh read models, reporting each read model's digest per partition (optionally
+as of an offset), to compare with a worker's live ``GET /digests``. Its fold loop is the one
+point-in-time reads use."""
 
 from __future__ import annotations
 
