@@ -117,6 +117,10 @@ class PartitionEngine(NamedModels):
     """The engine of one partition of a worker: the ``Engine`` of api/services/ports.py over the
     partition's read models, its part of the topics and the worker's decider."""
 
+    # Grants are checked by the router (api/kafka/router/gate.py) and calls are not measured here.
+    acl: AclConfig | None = None
+    metrics: Metrics | None = None
+
     def __init__(self, worker: Worker, models: PartitionModels) -> None:
         super().__init__(models.projections)
         self.worker = worker
@@ -125,10 +129,6 @@ class PartitionEngine(NamedModels):
         self.embedders = worker.embedders
         self.jobs = models.jobs  # the partition's (a re-embed), seen by the next call's engine
         self.log = worker.partition_log.view(models.partition, models)
-
-    # Grants are checked by the router (api/kafka/router/gate.py) and calls are not measured here.
-    acl: AclConfig | None = None
-    metrics: Metrics | None = None
 
     async def read(self, query: Callable[[], T]) -> T:
         await self.models.caught_up(max(self.models.target, self.worker.acked.get(self.models.partition, -1)))
