@@ -1,18 +1,8 @@
-"""The Kafka worker's write side: the faust app of a ``memstream worker``, which runs the decider
-as a faust agent, with the hooks the worker's read side (``api/kafka/worker/app.py``) uses to
-follow the partitions it is given and to fold, in the agent's step, the events the agent appends.
-
-Workers of one deployment form one consumer group on the commands topic and split its
-partitions; faust rebalances them when a worker joins, leaves or dies (after the session
-timeout). The agent takes commands in small batches (group commit: one round of acks for many
-commands) and hands them to ``KafkaDecider``. Faust's own exactly-once mode is not used
-(``processing_guarantee`` stays at-least-once): idempotence comes from command ids folded into
-the decision state, which survives any crash because it is the log's own fold.
-
-A failure the decider cannot recover from by itself (an append that failed after the
-producer's retries) stops the worker process at once, so its partitions move to a healthy one
-whose state is folded from the topics.
-"""
+"""The Kafka worker's write side: the faust app of a ``memstream worker``, running the decider as
+a faust agent on the deciders' consumer group (at-least-once; idempotence comes from command ids
+in the decision state), with the hooks the read side (``api/kafka/worker/app.py``) follows its
+partitions and folds appends by. A failure the decider cannot recover from stops the process, so
+its partitions move to a healthy worker: docs/kafka-operations.md, section 0."""
 
 from __future__ import annotations
 
