@@ -82,9 +82,9 @@ def calibrate(
             scored.append((signal, float(score), near))
     if not scored:
         return {"ok": False, "error": "calibration found no scored rows"}
-    signal = Counter(s for s, _, _ in scored).most_common(1)[0][0]
-    null = np.array([v for s, v, near in scored if s == signal and not near])
-    pos = np.array([v for s, v, near in scored if s == signal and near])
+    keyed_on = Counter(s for s, _, _ in scored).most_common(1)[0][0]
+    null = np.array([v for s, v, near in scored if s == keyed_on and not near])
+    pos = np.array([v for s, v, near in scored if s == keyed_on and near])
     if len(null) < 10 or len(pos) < 5:
         return {
             "ok": False,
@@ -95,7 +95,7 @@ def calibrate(
         "ok": True,
         "scope": "per_agent",
         "new_threshold": round(threshold, 4),
-        "signal": signal,
+        "signal": keyed_on,
         "youden_j": round(youden, 4),
         "n_null": len(null),
         "n_pos": len(pos),
