@@ -34,7 +34,7 @@ async def collect(
     """The header and every record of an agent ('' = every agent), as of one read.
 
     ``engine`` is the embedded engine or, in Kafka mode, a worker's engine of one partition
-    (api/kafka/worker/node.py): there '' means every agent of that partition, the offsets (the
+    (api/kafka/worker/app.py): there '' means every agent of that partition, the offsets (the
     header's and the history's) are the partition's own, and the router joins the partitions'
     answers (api/kafka/router/transfers.py)."""
 
