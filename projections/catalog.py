@@ -18,7 +18,7 @@ from memstream.projections.vectors import VectorProjection
 from memstream.projections.versions import VersionsProjection
 from memstream.streams.snapshots import SnapshotStore
 
-P = TypeVar("P", bound=Projection)
+P = TypeVar("P", bound=Projection, covariant=True)
 
 
 @dataclass(frozen=True, slots=True)
