@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from memstream.api.query.recall.gate import GateConfig, keyed_signal
+from memstream.api.query.recall.models import CalibrationSource, CopyableSettings
 from memstream.api.query.recall.pipeline import RecallRequest, row_of, row_time, run_recall
 from memstream.projections.scope import ScopeFilter
 
@@ -43,7 +44,7 @@ def separation_threshold(null: np.ndarray, pos: np.ndarray, beta: float, floor: 
 
 
 def calibrate(
-    engine: Any,
+    engine: CalibrationSource,
     agent_id: str,
     beta: float,
     seed: str,
@@ -103,6 +104,6 @@ def calibrate(
     }
 
 
-def replace_settings(settings: Any) -> Any:
+def replace_settings(settings: CopyableSettings) -> CopyableSettings:
     """The settings a calibration recalls under: no autocut (it would truncate the curve)."""
     return settings.model_copy(update={"autocut_enabled": False})

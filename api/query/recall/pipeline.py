@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
 
 from memstream.api.query.recall import fusion
 from memstream.api.query.recall.gate import GateConfig, apply_gate, autocut, confidence_of, episode_factor, keyed_signal
+from memstream.api.query.recall.models import RecallModels, Row
 from memstream.api.query.recall.options import RecallSettings
+from memstream.projections.records import MemoryRow
 from memstream.projections.scope import ScopeFilter
 from memstream.streams.events import parse_time
 
@@ -45,14 +46,14 @@ class RecallResult:
     admitted: list[fusion.Candidate] = field(default_factory=list)
 
 
-def row_of(engine: Any, ref: str) -> Any:
+def row_of(engine: RecallModels, ref: str) -> Row | None:
     """The memory or episode row a ref names (None when it is gone)."""
     kind, _, ident = ref.partition(":")
     table = engine.memories.rows if kind == "mem" else engine.episodes.rows
     return table.get(int(ident))
 
 
-def row_time(row: Any) -> datetime | None:
+def row_time(row: Row) -> datetime | None:
     """The instant a row describes (its timestamp, else when it was written)."""
     raw = getattr(row, "timestamp", None) or getattr(row, "start_time", None) or row.created_at
     try:
@@ -66,19 +67,18 @@ def _excluded(text: str, exclude: tuple[str, ...]) -> bool:
     return any((len(e) < 32 and low == e) or (len(e) >= 32 and low.startswith(e)) for e in exclude)
 
 
-def _admit(engine: Any, req: RecallRequest, ref: str) -> bool:
+def _admit(engine: RecallModels, req: RecallRequest, ref: str) -> bool:
     """Filters a retriever cannot know about: source, exclusions, time cue."""
     row = row_of(engine, ref)
     if row is None:
         return False
-    is_memory = ref.startswith("mem:")
     if req.source_id:
-        if not is_memory:
+        if not isinstance(row, MemoryRow):  # as its ref says: mem: names memory rows only
             if not req.scope.channel:
                 return False  # episodes carry no per-user source; a channel scope admits them
         elif (row.source or {}).get("id") != req.source_id:
             return False
-    text = row.content if is_memory else f"[Episode] {row.summary}"
+    text = row.content if isinstance(row, MemoryRow) else f"[Episode] {row.summary}"
     if req.exclude and _excluded(text, req.exclude):
         return False
     if req.after or req.before:
@@ -88,7 +88,7 @@ def _admit(engine: Any, req: RecallRequest, ref: str) -> bool:
     return True
 
 
-def recent_rows(engine: Any, req: RecallRequest) -> list[str]:
+def recent_rows(engine: RecallModels, req: RecallRequest) -> list[str]:
     """An empty query: the newest rows in scope, as refs, newest first."""
     out: list[str] = []
     mems = engine.memories.of_agent(req.scope.agent_id)
@@ -101,7 +101,7 @@ def recent_rows(engine: Any, req: RecallRequest) -> list[str]:
 
 
 def run_recall(
-    engine: Any,
+    engine: RecallModels,
     settings: RecallSettings,
     req: RecallRequest,
     query_vec: np.ndarray | None,
@@ -121,7 +121,7 @@ def run_recall(
 
     window: list[tuple[str, float]] = []
     far: list[tuple[str, float]] = []
-    if use_vector:
+    if use_vector and query_vec is not None:
         reach = settings.vector_reach if settings.recall_mode != "cascade" else 0
         window, far = engine.vectors.search(
             req.scope, query_vec, fetch, window=settings.max_memories, reach=reach, model=model
@@ -224,7 +224,7 @@ def run_recall(
 
 
 def _apply_episode_prior(
-    engine: Any, settings: RecallSettings, scope: ScopeFilter, cands: list[fusion.Candidate]
+    engine: RecallModels, settings: RecallSettings, scope: ScopeFilter, cands: list[fusion.Candidate]
 ) -> bool:
     """Scale memories older than the latest episode in the same scope (R7). True if any was."""
     boundary = None
