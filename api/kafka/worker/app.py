@@ -1,7 +1,7 @@
 """A Kafka worker (``memstream worker``): the decider (a faust agent: streams/deciders/faust_app.py)
 and the read side of the partitions it owns, whose read models the agent folds as it appends,
 answering every tool call for their agents with the embedded server's tool code
-(``PartitionEngine``). How it folds, recovers, checkpoints and reads the topics:
+(``PartitionEngine``, worker/engine.py). How it folds, recovers, checkpoints and reads the topics:
 docs/kafka-operations.md."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -29,32 +29,25 @@ from memstream.api.kafka.wire import PARTITION_HEADER, TRANSFER_TOOLS, route_par
 from memstream.api.kafka.worker import checkpoints
 from memstream.api.kafka.worker.append_fold import plan_feed
 from memstream.api.kafka.worker.checkpoints import checkpoint_dir
+from memstream.api.kafka.worker.engine import PartitionEngine
 from memstream.api.kafka.worker.guard import guard_worker, owner_route
+from memstream.api.kafka.worker.models import PartitionModels
 from memstream.api.kafka.worker.partition_log import KafkaPartitionLog
 from memstream.api.kafka.worker.point_in_time import KafkaPointInTime
 from memstream.api.kafka.worker.transfer_parts import transfer_routes
-from memstream.api.services import owners
-from memstream.api.services.acl import AclConfig
 from memstream.api.services.embedders import Embedders
 from memstream.api.services.embedding import Embedder
-from memstream.api.services.failures import mark_rejected
-from memstream.api.services.jobs import ReembedJob
-from memstream.api.services.metrics import Metrics
-from memstream.api.services.named_models import NamedModels
 from memstream.api.services.owners import owner_or_history
-from memstream.api.services.ports import Engine, Reads, SupersededProvider
 from memstream.api.services.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
 from memstream.api.tools.registry import Caller
-from memstream.projections.catalog import read_models
-from memstream.projections.runner import FoldedModels, digest_of
+from memstream.projections.runner import digest_of
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.commands import Command
 from memstream.streams.deciders.kafka import KafkaDecider, NotOwned
 from memstream.streams.deciders.step import NewEvent
 from memstream.streams.decision.limits import Limits
-from memstream.streams.decision.state import DecisionState
-from memstream.streams.events import AuditRecord, Embedding, decode
+from memstream.streams.events import AuditRecord, decode
 from memstream.streams.folding import freeze_long_lived
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics
 from memstream.streams.log.port import Committed, partition_for
@@ -70,139 +63,6 @@ T = TypeVar("T")
 # routes of api/kafka/worker/transfer_parts.py). Asked directly, a worker says so rather than
 # answer for its own partitions only.
 ROUTER_TOOLS = frozenset({"check_health"}) | TRANSFER_TOOLS
-CATCH_UP_DEADLINE_S = 30.0
-
-
-class PartitionModels:
-    """The read models of one partition and how far they have folded."""
-
-    def __init__(self, partition: int, end_at_start: int, store: SnapshotStore | None = None) -> None:
-        self.partition = partition
-        self.store = store  # where this partition's checkpoints go (api/kafka/worker/checkpoints.py)
-        self.projections = read_models(store)
-        self.offset = -1  # last event applied
-        self.target = end_at_start - 1  # reads wait for at least this (the end when assigned)
-        self.lock = asyncio.Lock()
-        self.advanced = asyncio.Event()
-        self.restored_from: int | None = None  # the checkpoint offset these models started at
-        self.checkpoint_offset: int | None = None  # the last checkpoint written or restored
-        self.since_checkpoint = 0
-        self.checkpointing = False
-        self.jobs: dict[str, ReembedJob] = {}  # admin jobs over this partition's agents (re-embedding)
-        self.folded_by_agent = 0  # events folded as the decider appended them (fold-on-append)
-        self.folded_by_tail = 0  # events folded from the topic (catch-up and repair)
-
-    def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
-        ev = decode(value)
-        if vector is not None:
-            ev["vector"] = vector
-        for p in self.projections:
-            p.apply(offset, ev)
-            p.offset = offset
-        self.offset = offset
-
-    async def caught_up(self, offset: int, deadline_s: float = CATCH_UP_DEADLINE_S) -> None:
-        """Wait until the models include ``offset`` (a write acknowledged earlier)."""
-        end = time.monotonic() + deadline_s
-        while self.offset < offset:
-            self.advanced.clear()
-            left = end - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"partition {self.partition}: read models at {self.offset}, waited for {offset}")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.advanced.wait(), left)
-
-
-class PartitionEngine(NamedModels):
-    """The engine of one partition of a worker: the ``Engine`` of api/services/ports.py over the
-    partition's read models, its part of the topics and the worker's decider."""
-
-    # Grants are checked by the router (api/kafka/router/gate.py) and calls are not measured here.
-    acl: AclConfig | None = None
-    metrics: Metrics | None = None
-
-    def __init__(self, worker: Worker, models: PartitionModels) -> None:
-        super().__init__(models.projections)
-        self.worker = worker
-        self.models = models
-        self.settings = worker.settings
-        self.embedders = worker.embedders
-        self.jobs = models.jobs  # the partition's (a re-embed), seen by the next call's engine
-        self.log = worker.partition_log.view(models.partition, models)
-
-    async def read(self, query: Callable[[], T]) -> T:
-        await self.models.caught_up(max(self.models.target, self.worker.acked.get(self.models.partition, -1)))
-        async with self.models.lock:
-            return query()
-
-    async def at(self, as_of: int | str | None) -> Reads:
-        """This engine for a read "now", or a view of the partition's state at ``as_of`` (H3):
-        an offset of this partition, or an instant (see ``api/kafka/worker/point_in_time.py``)."""
-        if as_of is None:
-            return self
-        partition = self.models.partition
-        return await self.worker.point_in_time.view(partition, as_of, lambda: PartitionModels(partition, 0))
-
-    async def submit(self, command: Command) -> Committed:
-        committed = await self.worker.submit(command)
-        if committed.offset is not None:
-            p = partition_for(command.scope.agent_id, self.worker.cfg.partitions)
-            self.worker.acked[p] = max(self.worker.acked.get(p, -1), committed.offset)
-        if committed.outcome.result == "rejected":
-            mark_rejected(committed.outcome.error)
-        return committed
-
-    async def refuse(self, record: AuditRecord) -> None:
-        await self.worker.submit(record)
-
-    async def record_owner(self, kind: str, ident: int) -> str | None:
-        return await owners.record_owner(self, kind, ident)
-
-    def health(self) -> None:
-        """None: the router answers ``check_health`` for the deployment (``ROUTER_TOOLS``)."""
-        return None
-
-    @property
-    def embedder(self) -> Embedder:
-        return self.embedders.default
-
-    @property
-    def applied_offset(self) -> int:
-        """The last event of the partition its read models include (read inside ``read``)."""
-        return self.models.offset
-
-    @property
-    def decision_state(self) -> DecisionState | None:
-        """The decider's state of this partition when this worker decides it and has folded
-        it (else None): what an import asks to tell a command id decided already.
-        ``decisions`` folds it first."""
-        decider = self.worker.decider
-        if decider is None or not decider.owns(self.models.partition):
-            return None
-        return decider.states.get(self.models.partition)
-
-    async def decisions(self) -> DecisionState | None:
-        """``decision_state``, folded from the topics now if the decider has not folded it yet."""
-        decider = self.worker.decider
-        return None if decider is None else await decider.state_of(self.models.partition)
-
-    async def agent_model(self, agent_id: str) -> str | None:
-        """The model of an agent's vectors, from the partition's read models once they include
-        every write this worker acknowledged (the embedded engine's is a synchronous read)."""
-        return await self.read(lambda: self.vectors.model_of(agent_id))
-
-    def embedder_for(self, model: str | None) -> Embedder:
-        return self.embedders.embedder_for(model)
-
-    async def embed(
-        self, texts: Sequence[str], *, agent_id: str | None = None, model: str | None = None
-    ) -> list[Embedding | None]:
-        if agent_id is not None and model is None and self.embedders.enabled:
-            model = await self.agent_model(agent_id)
-        return await self.embedders.embed(texts, model)
-
-    def superseded_providers(self) -> list[SupersededProvider]:
-        return [self.versions.superseded_by, self.associations.superseded_by]
 
 
 class Worker:
@@ -581,9 +441,3 @@ def run_worker(
     # debug line of aiokafka would be formatted: about a tenth of a busy worker's CPU.
     faust_worker.spinner = None
     faust_worker.execute_from_commandline()
-
-
-def _offers_the_surface(engine: PartitionEngine, models: PartitionModels) -> tuple[Engine, FoldedModels]:
-    """Never called: mypy checks here that a partition's engine offers everything a tool may ask,
-    and that its read models are folded models (as a runner's are)."""
-    return engine, models

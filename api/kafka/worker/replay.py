@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from memstream.api.kafka.worker.app import PartitionModels
+from memstream.api.kafka.worker.models import PartitionModels
 from memstream.api.kafka.worker.partition_log import Progress, fold_consumer, fold_partitions
 from memstream.projections.runner import digest_of
 from memstream.streams.log.kafka import KafkaConfig, events_end_offsets

@@ -1,0 +1,54 @@
+"""The read models of one partition of a worker, and how far they have folded."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from memstream.api.services.jobs import ReembedJob
+from memstream.projections.catalog import read_models
+from memstream.streams.events import decode
+from memstream.streams.snapshots import SnapshotStore
+
+CATCH_UP_DEADLINE_S = 30.0
+
+
+class PartitionModels:
+    """The read models of one partition and how far they have folded."""
+
+    def __init__(self, partition: int, end_at_start: int, store: SnapshotStore | None = None) -> None:
+        self.partition = partition
+        self.store = store  # where this partition's checkpoints go (api/kafka/worker/checkpoints.py)
+        self.projections = read_models(store)
+        self.offset = -1  # last event applied
+        self.target = end_at_start - 1  # reads wait for at least this (the end when assigned)
+        self.lock = asyncio.Lock()
+        self.advanced = asyncio.Event()
+        self.restored_from: int | None = None  # the checkpoint offset these models started at
+        self.checkpoint_offset: int | None = None  # the last checkpoint written or restored
+        self.since_checkpoint = 0
+        self.checkpointing = False
+        self.jobs: dict[str, ReembedJob] = {}  # admin jobs over this partition's agents (re-embedding)
+        self.folded_by_agent = 0  # events folded as the decider appended them (fold-on-append)
+        self.folded_by_tail = 0  # events folded from the topic (catch-up and repair)
+
+    def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
+        ev = decode(value)
+        if vector is not None:
+            ev["vector"] = vector
+        for p in self.projections:
+            p.apply(offset, ev)
+            p.offset = offset
+        self.offset = offset
+
+    async def caught_up(self, offset: int, deadline_s: float = CATCH_UP_DEADLINE_S) -> None:
+        """Wait until the models include ``offset`` (a write acknowledged earlier)."""
+        end = time.monotonic() + deadline_s
+        while self.offset < offset:
+            self.advanced.clear()
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"partition {self.partition}: read models at {self.offset}, waited for {offset}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.advanced.wait(), left)
