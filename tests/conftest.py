@@ -16,14 +16,16 @@ from tests.support.embedders import HashEmbedder
 from tests.support.faces import HttpFace, McpFace
 from tests.support.servers import ServerThread
 
-# A shell's Kafka deployment must not turn the embedded-mode tests' `memstream serve`
-# subprocesses into Kafka routers (the Kafka tests name their broker with
-# MEMSTREAM_TEST_KAFKA_BOOTSTRAP and pass --kafka explicitly).
-# Only the deployment's own variables: test processes set the others (e.g. the workers'
-# MEMSTREAM_KAFKA_CHECKPOINT_EVERY) on purpose.
-for _name in ("MEMSTREAM_KAFKA_BOOTSTRAP", "MEMSTREAM_KAFKA_PREFIX", "MEMSTREAM_KAFKA_PARTITIONS",
-              "MEMSTREAM_KAFKA_REPLICATION"):  # fmt: skip
-    os.environ.pop(_name, None)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A shell's Kafka deployment must not turn the embedded-mode tests' `memstream serve`
+    subprocesses into Kafka routers (the Kafka tests name their broker with
+    MEMSTREAM_TEST_KAFKA_BOOTSTRAP and pass --kafka explicitly). Only the deployment's own
+    variables: test processes set the others (e.g. the workers' MEMSTREAM_KAFKA_CHECKPOINT_EVERY)
+    on purpose."""
+    for name in ("MEMSTREAM_KAFKA_BOOTSTRAP", "MEMSTREAM_KAFKA_PREFIX", "MEMSTREAM_KAFKA_PARTITIONS",
+                 "MEMSTREAM_KAFKA_REPLICATION"):  # fmt: skip
+        os.environ.pop(name, None)
 
 
 @pytest.fixture
