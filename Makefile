@@ -25,3 +25,6 @@ test-fast: setup
 
 lint: setup
 	$(BIN)/ruff check .
+	VENV=$(VENV) bash infra/typecheck.sh
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/python infra/check_paths.py

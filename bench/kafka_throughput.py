@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads (as `memstream` does: api/cli.py)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads (as `memstream` does: api/cli/commands.py)
 
 import argparse
 import asyncio

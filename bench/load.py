@@ -24,7 +24,7 @@ Usage (repo root, project venv)::
     python bench/load.py --embedder none --duration 30    # no embedding (lexical only)
 
 Results: ``bench/results/load.json`` (``--out``). The tests run the short mode
-(``tests/test_load.py``: 15 s, the tests' hash embedder).
+(``tests/system/test_load.py``: 15 s, the tests' hash embedder).
 """
 
 from __future__ import annotations

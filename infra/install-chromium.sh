@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's Chromium for the browser tests (tests/test_audit_page.py drives it with playwright,
+# Debian's Chromium for the browser tests (tests/system/test_audit_page.py drives it with playwright,
 # executable_path=/usr/bin/chromium). A test tool's own browser download does not work here;
 # Debian's package does. Idempotent: does nothing when /usr/bin/chromium is already there.
 set -euo pipefail

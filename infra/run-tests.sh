@@ -10,6 +10,8 @@ BIN="${VENV:-.venv}/bin"
 VENV="${VENV:-.venv}" bash infra/typecheck.sh
 # The dependency rules (pyproject.toml [tool.importlinter]): layers, and no import cycles.
 "$BIN/lint-imports" --no-cache
+# Docs, README and docstrings name only paths that exist.
+"$BIN/python" infra/check_paths.py
 
 # Headless Chromium for the audit page's browser test (skips without it unless
 # MEMSTREAM_REQUIRE_BROWSER is set).

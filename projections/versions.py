@@ -14,7 +14,7 @@ highest log offset of a stored/updated event — is current and supersedes the o
 What "verified" means. A memory counts as verified when its content was written (the writer
 asserted it then) and again whenever ``verify_memory`` says it was re-checked against its
 source; ``last_verified_at`` is the latest of those. Whether that is stale is a question of
-the reader's clock and window, answered in ``api/context``, not here: the fold stays a pure
+the reader's clock and window, answered in ``api/query/context/``, not here: the fold stays a pure
 function of the log.
 """
 

@@ -181,7 +181,7 @@ def _fail(error: str) -> dict[str, Any]:
 
 
 def json_tokens(value: Any) -> int:
-    """Tokens of a JSON value, counted as every budget is (``api/tokens``)."""
+    """Tokens of a JSON value, counted as every budget is (``api/services/tokens.py``)."""
     return count_tokens(orjson.dumps(value).decode())
 
 

@@ -3,7 +3,7 @@
 ``POST /context/package`` and ``POST /context/packet`` (api/faces/http.py).
 
 The handlers are I/O edges: they embed the query, run recall under the engine's read lock,
-gather the facts a decision needs, and hand them to the pure functions in ``api/context``.
+gather the facts a decision needs, and hand them to the pure functions in ``api/query/context/``.
 """
 
 from __future__ import annotations

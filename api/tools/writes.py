@@ -405,7 +405,7 @@ async def set_recall_precision(engine: Engine, caller: Caller, args: PrecisionAr
 
 
 async def calibrate_agent(engine: Engine, agent_id: str, beta: float) -> dict[str, Any]:
-    """Seeded calibration over the agent's current memories (see ``api/query/recall/calibrate``)."""
+    """Seeded calibration over the agent's current memories (see ``api/query/recall/calibrate.py``)."""
     if engine.settings.embedder == "none":
         return {"ok": False, "error": f"Need at least {MIN_EMBEDDED} embeddings, found 0"}
     model = await engine.read(lambda: engine.vectors.model_of(agent_id)) or engine.embedder.model_id

@@ -61,7 +61,7 @@ ECHO_TOOL = Tool(
     name=ECHO,
     args=EchoArgs,
     handler=_echo,
-    description="Test tool of tests/test_mcp_face.py: echoes text.",
+    description="Test tool of tests/system/test_mcp_face.py: echoes text.",
 )
 
 
