@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from memstream.api.services.embedding import DEFAULT_EMBEDDER, Embedder, load_local_embedder
 from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import Settings, load_settings
 from tests.support.embedders import HashEmbedder
+from tests.support.embedding import ENV_VARS
 from tests.support.faces import HttpFace, McpFace
 from tests.support.servers import ServerThread
 
@@ -57,3 +59,16 @@ async def face(request: pytest.FixtureRequest, http_server: ServerThread) -> Asy
         yield f
     finally:
         await f.close()
+
+
+@pytest.fixture
+def clean_embedding_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No embedding variable of the shell reaches the test (embedder-layer modules use it)."""
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture(scope="module")
+def default_model() -> Embedder:
+    """The default offline embedder, loaded once per module."""
+    return load_local_embedder(DEFAULT_EMBEDDER)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
+from memstream.api.query.recall.models import RecallModels
 from memstream.api.services.acl import AclConfig
 from memstream.api.services.embedders import Embedders
 from memstream.api.services.embedding import Embedder
@@ -18,11 +19,7 @@ from memstream.api.services.metrics import Metrics
 from memstream.api.services.settings import Settings
 from memstream.projections.associations import AssociationsProjection
 from memstream.projections.history import HistoryProjection
-from memstream.projections.lexical import LexicalProjection
-from memstream.projections.precision import PrecisionProjection
-from memstream.projections.records import EpisodesProjection, MemoriesProjection, ProfilesProjection
 from memstream.projections.standings import StandingsProjection
-from memstream.projections.vectors import VectorProjection
 from memstream.projections.versions import VersionsProjection
 from memstream.streams.commands import Command
 from memstream.streams.decision.state import DecisionState
@@ -39,29 +36,12 @@ SupersededProvider = Callable[[str, Sequence[str]], Mapping[str, Sequence[str]]]
 Records = list[LogRecord] | Awaitable[list[LogRecord]]
 
 
-class ReadModels(Protocol):
-    """The read models, each under its name (projections/catalog.py)."""
-
-    @property
-    def memories(self) -> MemoriesProjection: ...
-
-    @property
-    def episodes(self) -> EpisodesProjection: ...
-
-    @property
-    def profiles(self) -> ProfilesProjection: ...
+class ReadModels(RecallModels, Protocol):
+    """The read models, each under its name (projections/catalog.py): those a recall reads
+    (api/query/recall/models.py) and the rest."""
 
     @property
     def history(self) -> HistoryProjection: ...
-
-    @property
-    def precision(self) -> PrecisionProjection: ...
-
-    @property
-    def vectors(self) -> VectorProjection: ...
-
-    @property
-    def lexical(self) -> LexicalProjection: ...
 
     @property
     def associations(self) -> AssociationsProjection: ...

@@ -22,34 +22,22 @@ import numpy as np
 import pytest
 
 from memstream.api.services.embedding import (
-    DEFAULT_EMBEDDER,
     Embedder,
     EmbeddingError,
     HttpEmbedder,
     load_embedder,
-    load_local_embedder,
 )
+from tests.support.embedding import ENV_VARS
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_SCRIPT = ROOT / "bench" / "embed_server.py"
-ENV_VARS = (
-    "MEMSTREAM_EMBEDDING_URL",
-    "MEMSTREAM_EMBEDDER",
-    "MEMSTREAM_EMBEDDING_MODEL_ID",
-    "MEMSTREAM_EMBEDDING_DIM",
-    "MEMSTREAM_EMBEDDING_TIMEOUT",
-)
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for var in ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_embedding_env")
 
 
 @pytest.fixture(scope="module")
-def model() -> Embedder:
-    return load_local_embedder(DEFAULT_EMBEDDER)
+def model(default_model: Embedder) -> Embedder:
+    return default_model
 
 
 def _load_server_module():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,9 +13,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from memstream.api.services.engine import EmbeddedEngine
+from memstream.api.services.logs import configure
 from memstream.api.services.settings import Settings, load_settings
 from tests.support.calls import call
 from tests.support.embedders import HashEmbedder
+from tests.support.logs import isolated_logging
 from tests.support.servers import ServerThread, log_end
 
 
@@ -108,23 +109,10 @@ def _values(engine: EmbeddedEngine) -> dict[tuple[str, tuple[tuple[str, str], ..
 @pytest.fixture
 def json_logs() -> Iterator[io.StringIO]:
     """The CLI's logging set-up with MEMSTREAM_LOG_FORMAT=json, into a buffer; undone after."""
-    from memstream.api.services.logs import CALLS, configure
-
-    root = logging.getLogger()
-    saved = (list(root.handlers), root.level, CALLS.level)
-    for h in saved[0]:
-        root.removeHandler(h)
     buf = io.StringIO()
-    try:
+    with isolated_logging():
         configure("INFO", fmt="json", stream=buf)
         yield buf
-    finally:
-        for h in list(root.handlers):
-            root.removeHandler(h)
-        for h in saved[0]:
-            root.addHandler(h)
-        root.setLevel(saved[1])
-        CALLS.setLevel(saved[2])
 
 
 async def test_json_call_logs_carry_the_fields_and_no_content(engine: EmbeddedEngine, json_logs: io.StringIO) -> None:

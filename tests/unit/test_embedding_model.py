@@ -15,28 +15,15 @@ from memstream.api.services.embedding import (
     HttpEmbedder,
     available_embedders,
     load_embedder,
-    load_local_embedder,
 )
 from memstream.api.services.embedding.onnx_backend import bert_uncased_tokenizer
 
-ENV_VARS = (
-    "MEMSTREAM_EMBEDDING_URL",
-    "MEMSTREAM_EMBEDDER",
-    "MEMSTREAM_EMBEDDING_MODEL_ID",
-    "MEMSTREAM_EMBEDDING_DIM",
-    "MEMSTREAM_EMBEDDING_TIMEOUT",
-)
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for var in ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_embedding_env")
 
 
 @pytest.fixture(scope="module")
-def model() -> Embedder:
-    return load_local_embedder(DEFAULT_EMBEDDER)
+def model(default_model: Embedder) -> Embedder:
+    return default_model
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
