@@ -1,1 +1,2 @@
-"""Pure tests: no servers, no subprocesses, no sockets; the fast tier (`make test-fast`)."""
+"""Pure tests: no disk, engine, servers, subprocesses or sockets (conftest.py refuses the fixtures
+that do I/O); the fast tier (`make test-fast`)."""

@@ -1,4 +1,5 @@
-"""The lexical projection: BM25, the keyword channel, isolation, CJK, snapshots and replay (R2, R10, H2)."""
+"""The lexical projection: BM25, the keyword channel, isolation, CJK, snapshots and replay (R2, R10, H2).
+The fold of a real engine's log: tests/system/test_lexical_engine.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memstream.api.services.engine import EmbeddedEngine
 from memstream.projections.lexical import LexicalProjection, pruning
 from memstream.projections.lexical import bm25 as bm25mod
 from memstream.projections.lexical import index as indexmod
@@ -22,7 +22,7 @@ from memstream.projections.runner import ProjectionRunner, digest_of, replay
 from memstream.projections.scope import ScopeFilter
 from memstream.streams.events import Event
 from memstream.streams.log.port import LogRecord
-from tests.support.calls import call
+from tests.support.hits import refs
 
 # -- events shaped like Event.model_dump() (occurred_at as the ISO string the log holds) ------
 
@@ -98,10 +98,6 @@ def fold(*events: dict, proj: LexicalProjection | None = None) -> LexicalProject
 
 
 A = ScopeFilter("a")
-
-
-def refs(hits: list[tuple[str, float]]) -> list[str]:
-    return [r for r, _ in hits]
 
 
 # -- BM25 -------------------------------------------------------------------------------------
@@ -813,26 +809,3 @@ def check_history(events: list[dict], read_every: int) -> None:
             assert [(r, c) for r, c, _ in kw_shares] == live.keyword(scope, q, 100)
             for r, _, share in kw_shares:
                 assert share == pytest.approx(keyword_share_reference(docs, q, r), rel=1e-9, abs=1e-12)
-
-
-# -- the events the real deciders write -------------------------------------------------------------
-
-
-async def test_fold_of_a_real_engine_log(engine: EmbeddedEngine) -> None:
-    s1 = await call(engine, "store", agent_id="eng", content="the deploy key is 0xef0101", project_id="P")
-    s2 = await call(engine, "store", agent_id="eng", content="東京オフィスの会議メモ")
-    s3 = await call(engine, "store", agent_id="eng", content="temporary note")
-    ep = await call(engine, "archive_episode", agent_id="eng", summary="weekly sync", keywords="sync, roadmap")
-    await call(engine, "update_memory", agent_id="eng", memory_id=s1["id"], content="the deploy key is 0xff0202")
-    await call(engine, "delete_memory", agent_id="eng", memory_id=s3["id"])
-    p = replay(engine.log, [LexicalProjection]).projections[0]
-    scope = ScopeFilter("eng")
-    assert refs(p.keyword(scope, "0xff0202", 5)) == [f"mem:{s1['id']}"]
-    assert p.keyword(scope, "0xef0101", 5) == []
-    assert refs(p.search(scope, "東京の会議", 5)) == [f"mem:{s2['id']}"]
-    assert refs(p.search(scope, "roadmap", 5)) == [f"ep:{ep['episode_id']}"]
-    assert p.search(scope, "temporary", 5) == []
-    assert p.count(scope) == 3 and p.count(ScopeFilter("eng", "")) == 2
-    await call(engine, "delete_agent_data", agent_id="eng")
-    p2 = replay(engine.log, [LexicalProjection]).projections[0]
-    assert p2.count(scope) == 0 and p2.to_snapshot() == {"version": 2, "agents": {}}

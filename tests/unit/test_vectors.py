@@ -1,13 +1,12 @@
 """The vector projection (projections/vectors/): folds, the scan window and the far list
-(CONTRACTS R8), isolation (R10), the model filter, snapshots and their sidecars, rebuild
-equality (H2), the graph against exact search on real sentence vectors, and a replay property."""
+(CONTRACTS R8), isolation (R10), the model filter, the graph against exact search on real
+sentence vectors, and a graph-maintenance property. Snapshots, their sidecars and the replay
+property write to disk: tests/system/test_vectors_snapshots.py."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 import random
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,102 +14,31 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from memstream.projections.runner import ProjectionRunner, digest_of, replay
+from memstream.projections.runner import digest_of
 from memstream.projections.scope import ScopeFilter
-from memstream.projections.vectors import SnapshotRejected, VectorProjection
+from memstream.projections.vectors import VectorProjection
 from memstream.streams import commands as c
 from memstream.streams.decision.dispatch import decide
 from memstream.streams.decision.limits import Limits
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.decision.verdict import DecideContext
 from memstream.streams.events import Actor, Embedding, Scope, decode
-from memstream.streams.log.port import LogRecord
-from memstream.streams.snapshots import SnapshotStore
-
-DIM = 16
-T0 = "2026-01-01T00:00:00+00:00"
-
-
-def unit(seed: int, dim: int = DIM) -> np.ndarray:
-    v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
-    return v / np.linalg.norm(v)
-
-
-def event(
-    type_: str,
-    payload: dict[str, Any],
-    *,
-    agent: str = "a",
-    project: str = "",
-    channel: str = "",
-    vec: np.ndarray | None = None,
-    model: str = "m1",
-) -> dict[str, Any]:
-    """An event as folds receive it: Event.model_dump() decoded, the attachment as ``vector``."""
-    ev: dict[str, Any] = {
-        "id": "e",
-        "type": type_,
-        "v": 1,
-        "scope": {"agent_id": agent, "project_id": project, "channel": channel},
-        "actor": {"client_id": "t", "agent_id": agent, "session_id": ""},
-        "occurred_at": T0,
-        "command_id": "c",
-        "payload": dict(payload),
-    }
-    if vec is not None:
-        raw = np.ascontiguousarray(vec, dtype="<f4")
-        ev["payload"]["embedding"] = {"model": model, "dim": int(raw.shape[0]), "dtype": "f32"}
-        ev["vector"] = raw.tobytes()
-    elif type_ in ("memory.stored", "memory.updated", "episode.archived"):
-        ev["payload"]["embedding"] = None
-    return ev
-
-
-def store(mid: int, vec: np.ndarray | None, **kw: Any) -> dict[str, Any]:
-    return event("memory.stored", {"id": mid, "content": f"m{mid}"}, vec=vec, **kw)
-
-
-def archive(eid: int, vec: np.ndarray | None, **kw: Any) -> dict[str, Any]:
-    return event("episode.archived", {"id": eid, "summary": f"e{eid}"}, vec=vec, **kw)
-
-
-def update(mid: int, vec: np.ndarray | None, **kw: Any) -> dict[str, Any]:
-    return event("memory.updated", {"id": mid, "content": f"m{mid}'", "metadata": None}, vec=vec, **kw)
-
-
-def reembed(ident: int, vec: np.ndarray, model: str, kind: str = "mem", **kw: Any) -> dict[str, Any]:
-    return event("memory.reembedded", {"id": ident, "kind": kind}, vec=vec, model=model, **kw)
-
-
-class Feed:
-    """Applies events at increasing offsets and keeps them for replays."""
-
-    def __init__(self, proj: VectorProjection | None = None) -> None:
-        self.proj = proj or VectorProjection()
-        self.events: list[dict[str, Any]] = []
-
-    def __call__(self, *evs: dict[str, Any]) -> Feed:
-        for ev in evs:
-            self.proj.apply(len(self.events), ev)
-            self.proj.offset = len(self.events)
-            self.events.append(ev)
-        return self
-
-    def replayed(self, **kw: Any) -> VectorProjection:
-        fresh = VectorProjection(**kw)
-        for off, ev in enumerate(self.events):
-            fresh.apply(off, ev)
-        return fresh
-
-
-def refs(hits: list[tuple[str, float]]) -> list[str]:
-    return [r for r, _ in hits]
-
-
-A = ScopeFilter("a")
-
+from tests.support.hits import refs
+from tests.support.vector_events import (
+    DIM,
+    A,
+    Feed,
+    archive,
+    build,
+    event,
+    ops,
+    reembed,
+    small_answers,
+    store,
+    unit,
+    update,
+)
 
 # -- folds -------------------------------------------------------------------------------------
 
@@ -342,177 +270,6 @@ def test_model_filter() -> None:
     assert f.proj.count(A) == 4  # count covers every model
 
 
-# -- snapshots, rebuild (H2), damaged sidecars ---------------------------------------------------
-
-
-def mixed_events(n: int = 120) -> list[dict[str, Any]]:
-    evs: list[dict[str, Any]] = []
-    for i in range(1, n + 1):
-        project = ("", "x", "y")[i % 3]
-        if i % 7 == 0:
-            evs.append(archive(i, unit(i), project=project, channel="c"))
-        elif i % 11 == 0:
-            evs.append(store(i, None, project=project))
-        else:
-            evs.append(store(i, unit(i), project=project, agent=("a", "b")[i % 2], model=("m1", "m2")[i % 5 == 0]))
-        if i % 13 == 0:
-            evs.append(event("memory.deleted", {"id": i - 2}, agent=("a", "b")[(i - 2) % 2]))
-        if i % 17 == 0:
-            evs.append(update(i - 1, unit(1000 + i), agent=("a", "b")[(i - 1) % 2]))
-        if i % 19 == 0:
-            evs.append(reembed(i - 3, unit(2000 + i), "m2", agent=("a", "b")[(i - 3) % 2]))
-    return evs
-
-
-def answers(proj: VectorProjection) -> list[Any]:
-    out = []
-    for agent in ("a", "b"):
-        for scope in (ScopeFilter(agent), ScopeFilter(agent, "x"), ScopeFilter(agent, "", "c")):
-            for seed in (1, 5, 50):
-                for model in (None, "m1", "m2"):
-                    out.append(proj.search(scope, unit(seed), 4, window=8, reach=40, model=model))
-            out.append(proj.count(scope))
-    return out
-
-
-def test_snapshot_round_trip_and_rebuild_equal_live(tmp_path: Path) -> None:
-    store_ = SnapshotStore(tmp_path)
-    live = Feed(VectorProjection(store_))(*mixed_events())
-    live.proj.search(A, unit(1), 3)  # searches compact and sort; the state must not change
-    body = live.proj.to_snapshot()
-    assert len(str(body)) < 400  # vectors are in the sidecar, not the JSON
-    restored = VectorProjection(store_)
-    restored.load_snapshot(body)  # raises SnapshotRejected when the sidecar is not accepted
-    rebuilt = live.replayed()
-    assert digest_of(restored) == digest_of(live.proj) == digest_of(rebuilt)
-    assert answers(restored) == answers(live.proj) == answers(rebuilt)
-    # restored and live keep agreeing as more events arrive
-    more = [store(500 + i, unit(500 + i), project="x") for i in range(10)] + [event("memory.deleted", {"id": 1})]
-    for off, ev in enumerate(more, start=len(live.events)):
-        restored.apply(off, ev)
-    live(*more)
-    assert digest_of(restored) == digest_of(live.proj) == digest_of(live.replayed())
-    # equal states, equal snapshots: a state reached another way digests the same
-    assert digest_of(Feed()(store(1, unit(1)), store(2, unit(2)))(event("memory.deleted", {"id": 2})).proj) == (
-        digest_of(Feed()(store(1, unit(1))).proj)
-    )
-    # every part of a row is state: vector, model, scope, kind, recency, and ghosts too
-    one = digest_of(Feed()(store(1, unit(1))).proj)
-    assert one != digest_of(Feed()(store(1, unit(2))).proj)
-    assert one != digest_of(Feed()(store(1, unit(1), model="m2")).proj)
-    assert one != digest_of(Feed()(store(1, unit(1), project="x")).proj)
-    assert one != digest_of(Feed()(store(1, unit(1), channel="c")).proj)
-    assert one != digest_of(Feed()(store(1, unit(1), agent="b")).proj)
-    assert one != digest_of(Feed()(archive(1, unit(1))).proj)
-    assert one != digest_of(Feed()(store(9, None), store(1, unit(1))).proj)  # recency 1, plus a ghost
-    assert digest_of(Feed()(store(9, None)).proj) != digest_of(Feed().proj)
-
-
-class MemoryLog:
-    """Enough of the EventLog port for the runner: records with their attachments."""
-
-    def __init__(self, events: list[dict[str, Any]]) -> None:
-        import orjson
-
-        self.records = [
-            LogRecord(
-                i,
-                0,
-                ev["scope"]["agent_id"],
-                ev["type"],
-                orjson.dumps({k: v for k, v in ev.items() if k != "vector"}),
-                ev.get("vector"),
-            )
-            for i, ev in enumerate(events)
-        ]
-
-    def end_offset(self) -> int:
-        return len(self.records)
-
-    def read(
-        self, start: int = 0, stop: int | None = None, *, limit: int = 10_000, vectors: bool = True, **_: Any
-    ) -> list[LogRecord]:
-        recs = self.records[start : stop if stop is not None else len(self.records)][:limit]
-        return recs if vectors else [LogRecord(r.offset, r.partition, r.agent_id, r.type, r.value) for r in recs]
-
-
-def test_runner_checkpoint_restore_and_damaged_sidecars(tmp_path: Path) -> None:
-    evs = mixed_events(300)
-    log_ = MemoryLog(evs)
-    snaps = SnapshotStore(tmp_path)
-    graphs_early = functools.partial(VectorProjection, snaps, hnsw_threshold=50)
-    runner = ProjectionRunner(log_, [graphs_early], snaps)  # type: ignore[arg-type]
-    runner.catch_up()
-    live = runner.projections[0]
-    runner.checkpoint()
-    fresh = replay(log_, [VectorProjection])  # type: ignore[arg-type]
-    assert fresh.digests() == runner.digests()  # H2
-
-    # a sound snapshot resumes at its offset with the same digest and answers
-    r2 = ProjectionRunner(log_, [graphs_early], snaps)  # type: ignore[arg-type]
-    r2.restore()
-    assert r2.offset == len(evs) - 1
-    assert r2.digests() == runner.digests()
-    assert answers(r2.projections[0]) == answers(live)  # type: ignore[arg-type]
-
-    # a damaged graph sidecar only costs a graph rebuild
-    (blob,) = [b for b in snaps.blob_names("vectors-") if b.endswith(".hnsw")]
-    path = snaps.blob_path(blob)
-    raw = bytearray(path.read_bytes())
-    raw[-10] ^= 0xFF
-    path.write_bytes(bytes(raw))
-    r3 = ProjectionRunner(log_, [graphs_early], snaps)  # type: ignore[arg-type]
-    r3.restore()
-    assert r3.offset == len(evs) - 1 and r3.digests() == runner.digests()
-    assert r3.projections[0].stats["graph_builds"] >= 1  # type: ignore[attr-defined]
-
-    # a damaged vector sidecar is no snapshot: the projection starts over from the log
-    (blob,) = [b for b in snaps.blob_names("vectors-") if not b.endswith(".hnsw")]
-    path = snaps.blob_path(blob)
-    raw = bytearray(path.read_bytes())
-    raw[len(raw) // 2] ^= 0x01
-    path.write_bytes(bytes(raw))
-    assert snaps.load_blob(blob) is None
-    with pytest.raises(SnapshotRejected):
-        VectorProjection(snaps).load_snapshot(snaps.load("vectors")["state"])  # type: ignore[index]
-    r4 = ProjectionRunner(log_, [functools.partial(VectorProjection, snaps)], snaps)  # type: ignore[arg-type]
-    r4.restore()
-    proj = r4.projections[0]
-    # rebuilt by its factory: empty, from offset -1, and still writing its sidecars to ``snaps``
-    assert proj.offset == -1 and proj.count(A) == 0 and proj.blobs is snaps  # type: ignore[attr-defined]
-    r4.catch_up()
-    assert r4.digests() == runner.digests()
-
-    # so is a missing one
-    snaps.drop_blob(blob)
-    r5 = ProjectionRunner(log_, [functools.partial(VectorProjection, snaps)], snaps)  # type: ignore[arg-type]
-    r5.restore()
-    assert r5.offset == -1
-    # and a snapshot loaded with no sidecar store attached
-    bare = VectorProjection()
-    with pytest.raises(SnapshotRejected):
-        bare.load_snapshot(live.to_snapshot())
-    assert bare.offset == -1 and bare.count(A) == 0
-
-
-def test_sidecars_are_content_addressed_and_collected(tmp_path: Path) -> None:
-    snaps = SnapshotStore(tmp_path)
-    f = Feed(VectorProjection(snaps))(store(1, unit(1)))
-    snaps.save("vectors", {"offset": 0, "state": f.proj.to_snapshot()})
-    first = set(snaps.blob_names("vectors-"))
-    assert len(first) == 2
-    f.proj.to_snapshot()  # unchanged state: nothing rewritten
-    assert set(snaps.blob_names("vectors-")) == first
-    f(store(2, unit(2)))
-    f.proj.to_snapshot()  # a new state before its JSON is saved: the old sidecar is kept
-    assert first < set(snaps.blob_names("vectors-"))
-    snaps.save("vectors", {"offset": 1, "state": f.proj.to_snapshot()})
-    f(store(3, unit(3)))
-    snaps.save("vectors", {"offset": 2, "state": f.proj.to_snapshot()})
-    assert not first & set(snaps.blob_names("vectors-"))
-    assert len(snaps.blob_names("vectors-")) == 4  # the saved state's pair and the previous pair
-
-
 # -- the graph against exact search, on real sentence vectors ----------------------------------
 
 
@@ -568,99 +325,7 @@ def test_graph_far_list_recall_on_real_vectors(sentence_vectors: tuple[np.ndarra
     assert got / total >= 0.95
 
 
-# -- property: any history, replayed, gives the same state and answers --------------------------
-
-ops = st.lists(
-    st.tuples(
-        st.sampled_from(
-            ["store"] * 4 + ["store_bare", "episode", "update", "update_bare", "reembed", "delete", "delete_ep", "wipe"]
-        ),
-        st.integers(0, 30),  # which id (for updates/deletes) or vector seed
-        st.sampled_from(["a", "b"]),
-        st.sampled_from(["", "x"]),
-        st.sampled_from(["", "c"]),
-        st.sampled_from(["m1", "m2"]),
-    ),
-    max_size=70,
-)
-
-
-def build(spec: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    evs: list[dict[str, Any]] = []
-    next_id = itertools.count(1)
-    made: list[tuple[str, int, str]] = []  # (kind, id, agent)
-    for op, n, agent, project, channel, model in spec:
-        vec = unit(n % 12)  # a small pool of vectors: ties happen
-        if op in ("store", "store_bare", "episode"):
-            ident = next(next_id)
-            if op == "episode":
-                evs.append(archive(ident, vec, agent=agent, project=project, channel=channel, model=model))
-                made.append(("ep", ident, agent))
-            else:
-                v = None if op == "store_bare" else vec
-                evs.append(store(ident, v, agent=agent, project=project, channel=channel, model=model))
-                made.append(("mem", ident, agent))
-        elif made:
-            kind, ident, owner = made[n % len(made)]
-            if op == "update" and kind == "mem":
-                evs.append(update(ident, vec, agent=owner, model=model))
-            elif op == "update_bare" and kind == "mem":
-                evs.append(update(ident, None, agent=owner))
-            elif op == "reembed":
-                evs.append(reembed(ident, vec, model, kind=kind, agent=owner))
-            elif op == "delete" and kind == "mem":
-                evs.append(event("memory.deleted", {"id": ident}, agent=owner))
-            elif op == "delete_ep" and kind == "ep":
-                evs.append(event("episode.deleted", {"id": ident}, agent=owner))
-            elif op == "wipe":
-                mine = [i for k, i, a in made if a == owner]
-                evs.append(
-                    event(
-                        "agent_data.deleted",
-                        {"memory_ids": mine[::2], "episode_ids": mine, "profile": False, "kept_locked": []},
-                        agent=owner,
-                    )
-                )
-    return evs
-
-
-def small_answers(proj: VectorProjection) -> list[Any]:
-    out = []
-    for agent in ("a", "b"):
-        for scope in (ScopeFilter(agent), ScopeFilter(agent, "x"), ScopeFilter(agent, "", "c")):
-            for seed in (0, 3):
-                for model in (None, "m2"):
-                    out.append(proj.search(scope, unit(seed), 3, window=4, reach=12, model=model))
-            out.append(proj.count(scope))
-    return out
-
-
-@settings(max_examples=150, deadline=None)
-@given(ops, st.integers(0, 70))
-def test_replay_gives_the_same_digest_and_answers(spec: list[tuple[Any, ...]], cut: int) -> None:
-    evs = build(spec)
-    live = Feed()
-    with tempfile.TemporaryDirectory() as tmp:
-        snaps = SnapshotStore(Path(tmp))
-        restored: VectorProjection | None = None
-        for off, ev in enumerate(evs):
-            live(ev)
-            if off % 9 == 4:
-                small_answers(live.proj)  # searches compact/sort in place: state must not move
-            if off == min(cut, len(evs) - 1):
-                live.proj.blobs = snaps
-                body = live.proj.to_snapshot()
-                live.proj.blobs = None
-                restored = VectorProjection(snaps)
-                restored.load_snapshot(body)  # raises SnapshotRejected when the sidecar is not accepted
-            elif restored is not None:
-                restored.apply(off, ev)
-        replayed = live.replayed()
-        assert digest_of(replayed) == digest_of(live.proj)
-        assert small_answers(replayed) == small_answers(live.proj)
-        if restored is not None:
-            assert digest_of(restored) == digest_of(live.proj)
-            assert small_answers(restored) == small_answers(live.proj)
+# -- property: graph maintenance never changes the state -------------------------------------
 
 
 @settings(max_examples=40, deadline=None)
