@@ -1,15 +1,6 @@
-"""The association graph read model: entities, aliases, mentions and relations (A1, A8).
-
-A fold of ``associations.declared`` / ``associations.retracted`` events (whose payloads the
-decider has fully resolved, see ``streams/decision/associations/``) and of record deletions, which take
-the declarations naming the deleted record with them. It keeps both directions of every edge
-(entity → relations, record → relations, entity ↔ records) so that traverse and the reconstruct
-walk read neighbourhoods without scanning.
-
-The pure graph reads live here too: resolving a name, breadth-first neighbourhoods, the query's
-declared names (stage 1 of reconstruct) and record → record links (stage 2). They read only this
-model; whether a record is readable by the caller is a predicate the caller passes in, so this
-module never reaches into another read model.
+"""The association graph read model (A1, A8): entities, aliases, mentions and relations, both
+directions of every edge, and the pure graph reads over it (name lookup, neighbourhoods, the
+links reconstruct walks). See docs/associations.md.
 """
 
 from __future__ import annotations

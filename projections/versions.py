@@ -1,21 +1,6 @@
 """Versions and verification: which content of a message is current, and when it was last
-checked (seed 002's ``superseded`` and ``stale``).
-
-What "version" means in memstream. A memory's content changes only through ``update_memory``;
-each ``memory.stored`` / ``memory.updated`` event writes a new *version* of that memory (1 at
-store, +1 per update), and a read always shows the newest. A repeated store under a known
-msg_id is skipped (W2, W4), so one msg_id holds several live memories only when it was
-stored in a project bucket first and later in the global pool (or in another project): a
-project store sees the global pool's msg_ids, but the global pool does not see a project's.
-Those memories are versions of one message; among the ones whose buckets see each other (same
-project, or one of them in the global pool), the one whose content was written last — the
-highest log offset of a stored/updated event — is current and supersedes the others.
-
-What "verified" means. A memory counts as verified when its content was written (the writer
-asserted it then) and again whenever ``verify_memory`` says it was re-checked against its
-source; ``last_verified_at`` is the latest of those. Whether that is stale is a question of
-the reader's clock and window, answered in ``api/query/context/``, not here: the fold stays a pure
-function of the log.
+checked (seed 002's ``superseded`` and ``stale``), as a pure fold of the log. See
+docs/context-packets.md for what "version" and "verified" mean.
 """
 
 from __future__ import annotations

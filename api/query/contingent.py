@@ -1,20 +1,6 @@
-"""The contingent rule (CONTRACTS S2, seed 003): no towers on unverified lemmas.
-
-A value an agent uses is *contingent* when every memory that carries it holds a standing the
-agent itself set aside (``open``, ``noise``, ``ruled-out``). The rule joins declared standings
-with carriers and infers nothing:
-
-- declared standings only: an undeclared carrier means the value stands, as does one ``fact``;
-- the last standing per memory is current (the standings read model's fold, not a second one);
-- every carrier or none: a value whose carrier list was cut is not judged, and when the corpus
-  itself was cut (more memories than the scan allows) nothing is judged at all;
-- one row per value: spellings with one canonical form share a row; the carriers ride the row
-  in corpus order, each with the standing that made it one.
-
-What "carrying a value" means in memstream: a memory carries a value when one of the spellings
-the caller looked the value up under (``forms``; by default the value itself) occurs in its
-content, case-insensitively, not inside a longer word or number (``42`` is not carried by
-``1423``). The caller's extractor decides what is a value; this module never guesses.
+"""The contingent rule (CONTRACTS S2, seed 003): no towers on unverified lemmas. Joins the
+agent's declared standings with the memories that carry a value, and infers nothing.
+See docs/context-packets.md, "S1–S3: standings".
 """
 
 from __future__ import annotations

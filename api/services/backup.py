@@ -1,12 +1,6 @@
-"""Online backup and restore of the embedded log (``memstream backup`` / ``memstream restore``).
-
-The log is the only authoritative file of a data directory (snapshots are rebuilt from it), so
-a backup is a copy of ``log.sqlite3`` and nothing else. SQLite's backup API copies the
-database under one read transaction: the copy is the log exactly as it was at one instant,
-writers are never blocked for longer than a page copy step (WAL readers do not block them at
-all), and every write acknowledged before the backup began is in it (an acknowledged write is
-committed). The copy is written beside its destination, checked (``PRAGMA quick_check``),
-fsynced and renamed into place, so a backup interrupted midway leaves no file that looks whole.
+"""Online backup and restore of the embedded log (``memstream backup`` / ``memstream restore``):
+a consistent copy of ``log.sqlite3``, the only authoritative file. See docs/operations.md,
+"Backup and restore".
 """
 
 from __future__ import annotations

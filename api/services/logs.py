@@ -1,11 +1,5 @@
-"""Logging: plain text (default) or JSON lines (``MEMSTREAM_LOG_FORMAT=json``), and the one
-line per tool call.
-
-A call line carries who called what and how it went: tool, face, client_id, agent, duration
-and outcome (``ok`` or the failure code). It never carries arguments, content, queries or
-tokens: only the agent id is taken from the arguments. In text format call lines are off
-unless ``MEMSTREAM_LOG_CALLS=1`` (a busy server would drown its other lines); in JSON format
-they are on unless ``MEMSTREAM_LOG_CALLS=0``.
+"""Logging: plain text or JSON lines, and the one line per tool call that says who called what
+and how it went, never what was sent. See docs/operations.md, "Logs".
 """
 
 from __future__ import annotations

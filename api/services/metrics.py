@@ -1,11 +1,5 @@
 """Prometheus metrics of one engine, served at ``GET /metrics`` by the HTTP face.
-
-Per-call figures (latency per tool and face, failures per tool and code, embedding latency)
-are observed on the hot path: a dict lookup for the labelled child and one histogram
-observation, no I/O. Figures about the log and the read models (end offsets, projection lag,
-fold progress) are read when Prometheus scrapes, not when a call runs.
-
-Each engine has its own registry, so two servers in one process (tests) never mix figures.
+See docs/operations.md, "Metrics".
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Re-embedding: move agents' vectors to another model while recall keeps answering.
-
-The job is a loop over the log's own state, not a script with a cursor: each pass asks the
-read models which live memories and episodes of an agent still lack a vector of the target
-model, embeds those and submits one ``ReembedMemory`` per record (each adds a vector beside the
-current one, so recall goes on using the agent's model), and when nothing is missing submits
-``SwitchEmbedding``, which the decider accepts only if that is still true. Stopping the job at
-any instant (SIGKILL included) therefore loses nothing and needs no bookkeeping: running it
-again computes what is still missing and carries on. Writes that land during the job are
-picked up by the next pass; a memory edited after its text was read is refused by the decider
-(its vector would describe the old text) and embedded again.
+"""Re-embedding: move agents' vectors to another model while recall keeps answering, as a
+loop over the log's own state that can be killed and rerun at any point.
+See docs/embedding.md, "Re-embedding".
 """
 
 from __future__ import annotations
@@ -166,8 +158,8 @@ class Reembedder:
         return rep
 
     async def _batch(self, agent_id: str, items: list[Pending], rep: AgentReport) -> None:
-        loop = asyncio.get_running_loop()
-        vectors = await loop.run_in_executor(None, self.target.embed, [p.text for p in items])
+        # Through the model's batcher: live stores and queries of the same model share its calls.
+        vectors = await self.engine.embedders.batcher(self.target).embed([p.text for p in items])
         model = self.target.model_id
         commands = []
         for item, vec in zip(items, vectors, strict=True):

@@ -1,10 +1,6 @@
-"""Token counts for budgets (seed 001's ``tokenBudget``), from a real tokenizer that works offline.
-
-Budgets are promises to a caller about what fits in a context window, so they are counted,
-not estimated from characters: with the bert-base-uncased WordPiece tokenizer whose vocabulary
-ships in ``api/services/embedding/data`` (the one the default embedder uses). Its counts are close to,
-not equal to, a chat model's own tokenizer; ``TOKENIZER`` names it so a caller can tell.
-Shared by every budgeted answer (context packages here, reconstruct's budget later).
+"""Token counts for budgets (seed 001's ``tokenBudget``), from the offline WordPiece tokenizer
+the default embedder uses, so budgets are counted, not estimated. Shared by every budgeted
+answer. See docs/context-packets.md, "Tokens".
 """
 
 from __future__ import annotations

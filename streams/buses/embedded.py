@@ -1,13 +1,6 @@
-"""The embedded command bus: decide inside the log's write transaction, with group commit.
-
-Every batch runs as one SQLite ``BEGIN IMMEDIATE`` transaction: catch the decision state up
-with whatever other processes appended, decide each command in arrival order against it,
-append the events and audit records, commit, and only then answer the callers. Because the
-write lock spans catch-up, decision and append, two processes (or two tasks) racing on the
-same msg_id can never both land (W3), and an answer is only given for a write that is on disk.
-
-Commands that arrive while a batch is committing form the next batch, so the cost of the
-commit's fsync is shared by every concurrent writer (group commit).
+"""The embedded command bus: decide inside the log's write transaction, with group commit, so
+racing writers can never both land and an answer is only given for a write on disk.
+See docs/architecture.md, "The write path".
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""The log port: what the rest of memstream may assume about any log, embedded or Kafka.
-
-Two things cross it. Readers see ``LogRecord``s in offset order and can start from any offset.
-Writers never append raw events: they submit commands to a ``CommandBus``, which decides
-them serially per agent against the log's own decision state and appends the result. That
-split is what lets the Kafka adapter (deciders as faust agents per partition) replace the
-embedded one (deciders inside one SQLite write transaction) without changing callers.
+"""The log port: what the rest of memstream may assume about any log, embedded or Kafka, so
+either adapter serves the same callers. See docs/architecture.md, "The log".
 """
 
 from __future__ import annotations

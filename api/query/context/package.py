@@ -1,14 +1,6 @@
-"""Token-budgeted context packages (CONTRACTS A6, seed 001): pure functions over recalled sources.
-
-A package is a pointer package, not the sources: one compressed ``summary`` line per source and
-one expandable ``anchor`` ``{id, type, layer}`` per line, packed best first until the token
-budget is spent. ``tokenBudget`` reports what that saved against reading every candidate in
-full, which is packaging ROI only, never fidelity (seed 001, "Preview vs expand"). Refill
-expands exactly one anchor: its whole content, cut only if it alone exceeds the budget.
-
-Layers follow seed 001 as memstream has them: memories are L1 anchors (the records an answer
-rests on), episodes L3 (experience: archived conversations). L2 (aggregated overviews) has no
-memstream read model yet, so no anchor carries it.
+"""Token-budgeted context packages (CONTRACTS A6, seed 001): pure functions that pack recalled
+sources into summary lines and expandable anchors within a token budget.
+See docs/context-packets.md, "A6".
 """
 
 from __future__ import annotations

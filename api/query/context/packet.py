@@ -1,18 +1,6 @@
-"""Know/miss packets (CONTRACTS A7, seed 002): the shapes, their invariants, and the judgement.
-
-A packet tells an agent whether memory knows the answer before it reads a single row. It
-carries exactly one of ``know`` / ``miss``; a miss always says ``do_not_answer_from_memory``
-and names its reason. Reasons split in two classes, and the pydantic models refuse to build
-anything else (seed 002: "a violating construction raises"):
-
-- escalate-class (``abstain``, ``sparse``, ``no_match``): memory has nothing to refresh; go
-  elsewhere, ``escalate_to`` says where, ``refresh_targets`` is empty;
-- refresh-class (``stale``, ``superseded``): memory has the answer's source but it must be
-  re-read or re-checked first; ``refresh_targets`` lists what, ``escalate_to`` is empty.
-
-``judge`` is pure: recall's output, the scope's size, version facts and a clock in; a packet
-out. Field names are memstream's spelling of seed 002's (``do_not_answer_from_memory`` for
-``do_not_answer_from_genome``, refs for gene ids).
+"""Know/miss packets (CONTRACTS A7, seed 002): the shapes, their invariants, and the pure
+judgement that tells an agent whether memory knows the answer before it reads a row.
+See docs/context-packets.md, "A7".
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Calibrating an agent's quality gate for a precision level (R13).
-
-Stored memories serve as pseudo-queries: each is recalled through the live pipeline, and
-every other row that comes back is labelled by temporal adjacency (written within
-``window_minutes`` of the query row: related; otherwise: unrelated). The threshold is the point
-that maximises ``sensitivity + beta * specificity`` over those two populations, on the very
-signal the gate keys on. Sampling is seeded from the agent and the log offset, so the same log
-always calibrates to the same gate; the result travels in the event, so replay never reruns it.
+"""Calibrating an agent's quality gate for a precision level (R13), deterministically so that
+the same log always gives the same gate. See docs/eval.md, "Calibrating the gate".
 """
 
 from __future__ import annotations

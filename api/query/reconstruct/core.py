@@ -1,21 +1,6 @@
-"""Reconstruct's decisions as pure functions: relevance, bundling, the relation walk, roles,
-structuring items and cutting them to a budget (A4, A5).
-
-"Reconstruct" means select, order and assign roles, never compose: an item's ``content`` is a
-quotation of a stored row, and every claim names the row it quotes. Nothing here does I/O; the
-tool (``api/tools/associations.py``) reads the projections and hands these functions plain
-values, so the same inputs always give the same response (the golden tests pin that).
-
-Stages (after CPersona 2.6's ``reconstruct.py``):
-
-1. candidates: the recall pool at depth ``top_k`` (never derived from ``count``); declared names
-   the query mentions add a lexical vote only (see ``api/tools/associations.py``);
-2. bundling: candidates joined by the same message id, episode containment, or a declared
-   record → record relation become one item. A shared entity never bundles;
-3. the bounded relation walk: records mentioning an entity reached from an item's candidates
-   through declared entity → entity relations become evidence in that item
-   (``why: "relation:<predicate>"``, ``hops``), fewest hops first, never items, never twice;
-4. structuring: claims ordered newest first; roles from stored rows and role-word predicates.
+"""Reconstruct's decisions as pure functions (A4, A5): relevance, bundling, the relation walk,
+roles, structuring and budgets. No I/O, so the same state always gives the same answer.
+See docs/associations.md, "reconstruct".
 """
 
 from __future__ import annotations

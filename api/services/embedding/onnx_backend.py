@@ -1,10 +1,6 @@
-"""Sentence-transformers-style embedders run on onnxruntime (no torch).
-
-Tokenise (pure-Python WordPiece) → sort the batch by length → run the ONNX graph in chunks padded
-only to the chunk's longest text → mean-pool over the attention mask → L2-normalise → restore the
-caller's order. The pooling and normalisation are those of sentence-transformers' ``Pooling``
-(``pooling_mode_mean_tokens``) and ``Normalize`` modules: sum(token * mask) / max(sum(mask), 1e-9),
-then x / max(||x||, 1e-12).
+"""Sentence-transformers-style embedders run on onnxruntime (no torch): WordPiece, length-sorted
+chunks, mean pooling and L2 normalisation as sentence-transformers does them. See
+docs/embedding.md, "How the default model runs".
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""Pure-Python BERT (uncased) WordPiece tokenizer.
-
-Reproduces the token ids of the Hugging Face ``tokenizers`` pipeline that all-MiniLM-L6-v2 ships
-(``BertNormalizer(clean_text, handle_chinese_chars, strip_accents=None, lowercase=True)`` →
-``BertPreTokenizer`` → ``WordPiece(unk="[UNK]", "##", max_input_chars_per_word=100)`` →
-``[CLS] … [SEP]``) without depending on ``tokenizers``: that package pulls in ``huggingface_hub``,
-whose current releases require a ``click`` that faust-streaming cannot use, and a hub client has no
-place in an offline service anyway. ``bench/embedders.py --check-tokenizer`` compares the ids with
-``tokenizers`` on ~200k real and adversarial strings.
-
-Known difference: ``tokenizers`` classifies characters with older Unicode tables than Python 3.11's
-``unicodedata`` (14.0), so about 500 code points added or re-classified in recent Unicode versions
-(e.g. new punctuation U+2E55..U+2E5D, new format chars U+0890/U+0891, U+166D) are split, dropped or
-isolated differently. Every other code point in U+0000..U+31FFF gives identical ids; such
-characters are rare in practice and mostly end up as ``[UNK]`` either way.
+"""Pure-Python BERT (uncased) WordPiece tokenizer, giving the ids of Hugging Face ``tokenizers``
+without depending on it (it cannot share the venv with faust-streaming, and an offline service
+needs no hub client). See docs/embedding.md, "How the default model runs".
 """
 
 from __future__ import annotations
