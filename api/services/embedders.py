@@ -7,11 +7,12 @@ embed an agent's stores and queries with that agent's model (see ``embedder_for`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from memstream.api.services.embed_batcher import EmbedBatcher
 from memstream.api.services.embedding import Embedder, EmbeddingError, load_embedder, load_local_embedder
 from memstream.api.services.settings import Settings
 from memstream.streams.events import Embedding
@@ -27,6 +28,7 @@ class Embedders:
         self._embedder = embedder
         self._others: dict[str, Embedder] = dict(embedders or {})
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")
+        self._batchers: dict[int, EmbedBatcher] = {}  # by id() of the embedder they feed
 
     @property
     def enabled(self) -> bool:
@@ -58,12 +60,29 @@ class Embedders:
         return emb
 
     async def embed(self, texts: Sequence[str], model: str | None) -> list[Embedding | None]:
-        """Embeddings of ``texts`` by ``model`` (None: the configured one), off the event loop."""
+        """Embeddings of ``texts`` by ``model`` (None: the configured one), off the event loop;
+        requests that arrive together share one model call (``batcher``)."""
         if not self.enabled:
             return [None] * len(texts)
         emb = self.embedder_for(model)
-        vectors: np.ndarray = await asyncio.get_running_loop().run_in_executor(self._pool, emb.embed, list(texts))
+        vectors = await self.batcher(emb).embed(texts)
         return [Embedding.from_vector(emb.model_id, v) for v in vectors]
+
+    def batcher(self, emb: Embedder) -> EmbedBatcher:
+        """The one batcher feeding ``emb`` (made on first use)."""
+        batcher = self._batchers.get(id(emb))
+        if batcher is None:
+            batcher = EmbedBatcher(
+                emb.embed,
+                self._run_blocking,
+                max_texts=self.settings.embed_batch_max,
+                max_wait_s=self.settings.embed_batch_wait_ms / 1000,
+            )
+            self._batchers[id(emb)] = batcher
+        return batcher
+
+    async def _run_blocking(self, call: Callable[[], np.ndarray]) -> np.ndarray:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

@@ -35,6 +35,10 @@ class Settings(BaseModel):
     snapshot_every: int = Field(default=100_000, ge=1)
     embedding_url: str | None = None
     embedder: str | None = None
+    # Micro-batching (docs/embedding.md): concurrent embed requests share one model call of at
+    # most this many texts; an idle model waits this long for company first (0: never waits).
+    embed_batch_max: int = Field(default=64, ge=1, le=4096)
+    embed_batch_wait_ms: float = Field(default=0.0, ge=0, le=100)
     # How long a read waits for the projections to reach the caller's own write (R12).
     read_your_writes_timeout_s: float = Field(default=5.0, gt=0)
     acl_file: Path | None = None
@@ -119,6 +123,8 @@ _ENV = {
     "snapshot_every": "MEMSTREAM_SNAPSHOT_EVERY",
     "embedding_url": "MEMSTREAM_EMBEDDING_URL",
     "embedder": "MEMSTREAM_EMBEDDER",
+    "embed_batch_max": "MEMSTREAM_EMBED_BATCH_MAX",
+    "embed_batch_wait_ms": "MEMSTREAM_EMBED_BATCH_WAIT_MS",
     "read_your_writes_timeout_s": "MEMSTREAM_READ_YOUR_WRITES_TIMEOUT",
     "acl_file": "MEMSTREAM_ACL_FILE",
     "worker_token": "MEMSTREAM_WORKER_TOKEN",

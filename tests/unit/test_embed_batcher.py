@@ -1,0 +1,179 @@
+"""Micro-batching (api/services/embed_batcher.py): requests that arrive while the model is busy
+share its next call; a lone request never waits; every caller gets exactly its own vectors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memstream.api.services.embed_batcher import EmbedBatcher
+from memstream.api.services.embedders import Embedders
+from memstream.api.services.settings import Settings
+from tests.support.embedders import HashEmbedder
+
+
+class GatedModel:
+    """A model whose calls are recorded and, while ``gate`` is closed, do not finish: what the
+    event loop sees of a slow model call running on a thread."""
+
+    def __init__(self) -> None:
+        self.inner = HashEmbedder()
+        self.batches: list[list[str]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail_next: Exception | None = None
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.batches.append(list(texts))
+        if self.fail_next is not None:
+            exc, self.fail_next = self.fail_next, None
+            raise exc
+        return self.inner.embed(texts)
+
+    async def run_blocking(self, call: Callable[[], np.ndarray]) -> np.ndarray:
+        await self.gate.wait()
+        return call()
+
+
+def expected(texts: list[str]) -> np.ndarray:
+    return HashEmbedder().embed(texts)
+
+
+async def test_a_lone_request_is_one_call_of_its_own_texts() -> None:
+    model = GatedModel()
+    batcher = EmbedBatcher(model.embed, model.run_blocking)
+    out = await batcher.embed(["alpha beta", "gamma"])
+    assert model.batches == [["alpha beta", "gamma"]]
+    assert np.array_equal(out, expected(["alpha beta", "gamma"]))
+
+
+async def test_requests_arriving_during_a_call_share_the_next_one() -> None:
+    model = GatedModel()
+    batcher = EmbedBatcher(model.embed, model.run_blocking)
+    model.gate.clear()
+    first = asyncio.create_task(batcher.embed(["first"]))
+    await asyncio.sleep(0)  # the first call has started and is held at the gate
+    later = [asyncio.create_task(batcher.embed([f"text {i}", f"more {i}"])) for i in range(7)]
+    await asyncio.sleep(0)
+    model.gate.set()
+    results = await asyncio.gather(first, *later)
+    assert model.batches[0] == ["first"]
+    assert model.batches[1] == [t for i in range(7) for t in (f"text {i}", f"more {i}")]
+    assert len(model.batches) == 2
+    for i, out in enumerate(results[1:]):
+        assert np.array_equal(out, expected([f"text {i}", f"more {i}"]))
+    assert (batcher.calls, batcher.texts) == (2, 15)
+
+
+async def test_a_call_holds_at_most_max_texts_and_a_larger_request_goes_alone() -> None:
+    model = GatedModel()
+    batcher = EmbedBatcher(model.embed, model.run_blocking, max_texts=4)
+    model.gate.clear()
+    tasks = [asyncio.create_task(batcher.embed(["a"]))]
+    await asyncio.sleep(0)
+    tasks += [asyncio.create_task(batcher.embed(texts)) for texts in (["b", "c"], ["d", "e"], ["f"], list("ghijkl"))]
+    await asyncio.sleep(0)
+    model.gate.set()
+    await asyncio.gather(*tasks)
+    assert model.batches == [["a"], ["b", "c", "d", "e"], ["f"], list("ghijkl")]
+
+
+async def test_a_failed_call_fails_its_waiters_and_the_next_call_goes_on() -> None:
+    model = GatedModel()
+    batcher = EmbedBatcher(model.embed, model.run_blocking, max_texts=2)
+    model.gate.clear()
+    model.fail_next = RuntimeError("model crashed")
+    doomed = [asyncio.create_task(batcher.embed([t])) for t in ("x", "y")]
+    await asyncio.sleep(0)
+    survivor = asyncio.create_task(batcher.embed(["z"]))
+    await asyncio.sleep(0)
+    model.gate.set()
+    for task in doomed:
+        with pytest.raises(RuntimeError, match="model crashed"):
+            await task
+    assert np.array_equal(await survivor, expected(["z"]))
+
+
+async def test_a_caller_that_gives_up_before_its_call_costs_the_model_nothing() -> None:
+    model = GatedModel()
+    batcher = EmbedBatcher(model.embed, model.run_blocking)
+    model.gate.clear()
+    first = asyncio.create_task(batcher.embed(["first"]))
+    await asyncio.sleep(0)
+    quitter = asyncio.create_task(batcher.embed(["quitter"]))
+    stayer = asyncio.create_task(batcher.embed(["stayer"]))
+    await asyncio.sleep(0)
+    quitter.cancel()
+    model.gate.set()
+    await first
+    assert np.array_equal(await stayer, expected(["stayer"]))
+    assert model.batches == [["first"], ["stayer"]]
+
+
+async def test_an_idle_model_waits_max_wait_for_company() -> None:
+    model = GatedModel()
+    batcher = EmbedBatcher(model.embed, model.run_blocking, max_wait_s=0.5)
+    first = asyncio.create_task(batcher.embed(["early"]))
+    await asyncio.sleep(0.01)  # well inside the wait
+    second = asyncio.create_task(batcher.embed(["late"]))
+    await asyncio.gather(first, second)
+    assert model.batches == [["early", "late"]]
+
+
+async def test_no_texts_make_no_call() -> None:
+    model = GatedModel()
+    out = await EmbedBatcher(model.embed, model.run_blocking).embed([])
+    assert len(out) == 0 and model.batches == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    requests=st.lists(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=6), min_size=1, max_size=20),
+    held=st.lists(st.booleans(), min_size=20, max_size=20),
+    max_texts=st.integers(min_value=1, max_value=8),
+)
+def test_every_caller_gets_exactly_its_own_vectors(requests: list[list[str]], held: list[bool], max_texts: int) -> None:
+    """Whatever the sizes and the interleaving (``held``: the model is busy when that request
+    arrives), answers are each caller's own, in order, and calls respect ``max_texts``."""
+
+    async def scenario() -> None:
+        model = GatedModel()
+        batcher = EmbedBatcher(model.embed, model.run_blocking, max_texts=max_texts)
+        tasks = []
+        for texts, busy in zip(requests, held, strict=False):
+            if busy:
+                model.gate.clear()
+            tasks.append(asyncio.create_task(batcher.embed(texts)))
+            await asyncio.sleep(0)
+            model.gate.set()
+        results = await asyncio.gather(*tasks)
+        for texts, out in zip(requests, results, strict=True):
+            assert np.array_equal(out, expected(texts))
+        for batch in model.batches:
+            assert len(batch) <= max_texts or batch in requests
+        assert sorted(t for b in model.batches for t in b) == sorted(t for r in requests for t in r)
+
+    asyncio.run(scenario())
+
+
+async def test_concurrent_embeds_through_embedders_share_model_calls() -> None:
+    """The engines' path: eight concurrent requests for one model take fewer calls than eight,
+    and each gets its own embeddings, tagged with the model."""
+    model = HashEmbedder()
+    embedders = Embedders(Settings(data_dir=Path("unused")), model)
+    try:
+        texts = [f"memory number {i}" for i in range(8)]
+        results = await asyncio.gather(*(embedders.embed([t], None) for t in texts))
+        batcher = embedders.batcher(model)
+        assert batcher.texts == 8 and batcher.calls < 8 and model.calls == batcher.calls
+        for text, [emb] in zip(texts, results, strict=True):
+            assert emb is not None and emb.model == model.model_id
+            assert np.array_equal(emb.vector(), expected([text])[0])
+    finally:
+        embedders.close()
