@@ -142,7 +142,7 @@ class EmbeddedEngine:
 
     def superseded_providers(self) -> list[SupersededProvider]:
         """Every source of "this record is superseded by that one" a packet consults
-        (``api.context.packet.superseded_refs`` merges them). Today: newer versions under the
+        (``api.query.context.packet.superseded_refs`` merges them). Today: newer versions under the
         same msg_id, and declared ``X supersedes Y`` relations."""
         return [self.versions.superseded_by, self.associations.superseded_by]
 
