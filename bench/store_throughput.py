@@ -141,6 +141,30 @@ def raw_append_rate(n: int, batch: int, with_vector: bool) -> float:
         shutil.rmtree(d, ignore_errors=True)
 
 
+# -- the embedder's own rates ------------------------------------------------------------------
+
+
+def model_rates(seconds: float = 8.0) -> dict[str, float]:
+    """Texts/s of the default embedder called directly in this process, one text per call and in
+    batches: the ceiling a server storing with it can reach (its stores wait on the model)."""
+    from memstream.api.services.embedding import load_embedder
+
+    emb = load_embedder()
+    template = "bench client {} memory {}: the deploy key for service {} rotates weekly"
+    texts = [template.format(i % 8, i, i % 97) for i in range(4_096)]
+    emb.embed(texts[:64])  # warm-up
+    out: dict[str, float] = {}
+    for batch in (1, 8, 64):
+        done, i, started = 0, 0, time.perf_counter()
+        while time.perf_counter() - started < seconds / 3:
+            chunk = texts[i % 4000 : i % 4000 + batch]
+            emb.embed(chunk)
+            done += len(chunk)
+            i += batch
+        out[f"texts_per_s_batch_{batch}"] = round(done / (time.perf_counter() - started), 1)
+    return out
+
+
 # -- the server ---------------------------------------------------------------------------------
 
 
@@ -359,6 +383,9 @@ def main() -> None:
         "rows_per_s_batch_64_with_vector": round(raw_append_rate(args.raw_rows, 64, True)),
     }
     print(json.dumps(report["raw_append"]), flush=True)
+    if "default" in args.embedders.split(","):
+        report["model"] = model_rates()
+        print(json.dumps({"model": report["model"]}), flush=True)
     report["http"] = asyncio.run(
         http_runs(
             args.embedders.split(","), [int(x) for x in args.clients.split(",")], args.stores, args.sync.split(",")
@@ -368,6 +395,12 @@ def main() -> None:
     for r in report["http"]:
         r["ratio_to_raw_append_batch_64"] = round(r["stores_per_s"] / base, 3)
     by = {(r["embedder"], r["clients"]): r for r in report["http"]}
+    if "model" in report:
+        # Stores with the default embedder against the model's own best batch rate (same run).
+        ceiling = max(report["model"].values())
+        for r in report["http"]:
+            if r["embedder"] == "default":
+                r["ratio_to_model_batch_rate"] = round(r["stores_per_s"] / ceiling, 3)
     if ("none", 1) in by and ("default", 1) in by:
         # Everything but embedding as a share of a store's cost (1 client, sequential).
         report["non_embedding_share_of_store_cost"] = round(
