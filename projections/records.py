@@ -8,8 +8,10 @@ reversed walk, not a sort.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from memstream.projections.row_dicts import row_dicts
 
 
 @dataclass(slots=True)
@@ -132,7 +134,7 @@ class MemoriesProjection:
         return [self.rows[i] for i in self.by_agent.get(agent_id, {})]
 
     def to_snapshot(self) -> dict[str, Any]:
-        return {"rows": [asdict(r) for r in self.rows.values()]}
+        return {"rows": row_dicts(self.rows.values())}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
         self.rows.clear()
@@ -188,7 +190,7 @@ class EpisodesProjection:
         return [self.rows[i] for i in self.by_agent.get(agent_id, {})]
 
     def to_snapshot(self) -> dict[str, Any]:
-        return {"rows": [asdict(r) for r in self.rows.values()]}
+        return {"rows": row_dicts(self.rows.values())}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
         self.rows.clear()
@@ -216,7 +218,7 @@ class ProfilesProjection:
             self.rows.pop(agent, None)
 
     def to_snapshot(self) -> dict[str, Any]:
-        return {"rows": [asdict(r) for _, r in sorted(self.rows.items())]}
+        return {"rows": row_dicts(r for _, r in sorted(self.rows.items()))}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
         self.rows = {r["agent_id"]: ProfileRow(**r) for r in body["rows"]}

@@ -8,8 +8,10 @@ episode drops out, so a ref that is gone never lends a standing to anything.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Final
+
+from memstream.projections.row_dicts import row_dicts
 
 # The standings a value cannot stand on alone (seed 003: everything short of ``fact``).
 SET_ASIDE: Final[frozenset[str]] = frozenset({"open", "noise", "ruled-out"})
@@ -67,7 +69,7 @@ class StandingsProjection:
         return row.standing if row is not None else None
 
     def to_snapshot(self) -> dict[str, Any]:
-        return {"rows": [asdict(r) for _, r in sorted(self.current.items())]}
+        return {"rows": row_dicts(r for _, r in sorted(self.current.items()))}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
         self.current = {r["ref"]: StandingRow(**r) for r in body["rows"]}

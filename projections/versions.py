@@ -5,8 +5,10 @@ docs/context-packets.md for what "version" and "verified" mean.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from memstream.projections.row_dicts import row_dicts
 
 
 @dataclass(slots=True)
@@ -106,7 +108,7 @@ class VersionsProjection:
         return out
 
     def to_snapshot(self) -> dict[str, Any]:
-        return {"rows": [asdict(r) for _, r in sorted(self.rows.items())]}
+        return {"rows": row_dicts(r for _, r in sorted(self.rows.items()))}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
         # ``by_msg`` is an index, not state: its order never matters (``superseded_by`` orders

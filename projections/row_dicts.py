@@ -1,0 +1,37 @@
+"""Rows as the plain dicts their snapshots hold, field by field, without ``dataclasses.asdict``'s
+deep copies (most of a rebuild's digest time went to them: docs/benchmarks.md).
+
+A row's nested values (a memory's ``metadata`` and ``source``) are shared with the dict, not
+copied. That is safe because folds replace them and never change them in place, so a snapshot
+captured now (a Kafka worker writes its checkpoint after releasing the models) keeps the state
+it was taken at."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import fields, is_dataclass
+from operator import attrgetter
+from typing import Any
+
+_READERS: dict[type, tuple[tuple[str, ...], attrgetter[Any]]] = {}
+
+
+def row_dicts(rows: Iterable[Any]) -> list[dict[str, Any]]:
+    """``[asdict(row) for row in rows]`` for rows of flat dataclasses, without the deep copies."""
+    out = []
+    for row in rows:
+        names, read = _reader(type(row))
+        out.append(dict(zip(names, read(row), strict=True)))
+    return out
+
+
+def _reader(kind: type) -> tuple[tuple[str, ...], attrgetter[Any]]:
+    reader = _READERS.get(kind)
+    if reader is None:
+        if not is_dataclass(kind):
+            raise TypeError(f"{kind.__name__} is not a dataclass")
+        names = tuple(f.name for f in fields(kind))
+        if len(names) < 2:
+            raise TypeError(f"{kind.__name__}: a row needs at least two fields")  # attrgetter returns a tuple
+        reader = _READERS[kind] = (names, attrgetter(*names))
+    return reader
