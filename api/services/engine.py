@@ -88,10 +88,13 @@ class EmbeddedEngine:
             snapshot_every=settings.snapshot_every,
         )
         self.runner = ProjectionRunner(
-            self.log, factories(self.snapshots), self.snapshots, checkpoint_every=settings.snapshot_every
+            self.log,
+            factories(self.snapshots, settings.read_model_options),
+            self.snapshots,
+            checkpoint_every=settings.snapshot_every,
         )
         self.embedders = Embedders(settings, embedder, embedders)
-        self.point_in_time = PointInTime(self, lambda: read_models(None))
+        self.point_in_time = PointInTime(self, lambda: read_models(None, settings.read_model_options))
         self._read_lock = asyncio.Lock()
         self.jobs: dict[str, ReembedJob] = {}  # background admin jobs by kind (see api/tools/admin.py)
         self.metrics = Metrics()  # served at GET /metrics (api/services/metrics.py)

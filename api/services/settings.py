@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from memstream.projections.catalog import ReadModelOptions
+
 
 def default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "memstream"
@@ -102,6 +104,12 @@ class Settings(BaseModel):
         if len(raw) < 16 or not raw.isascii() or not raw.isprintable() or raw != raw.strip() or " " in raw:
             raise ValueError("must be at least 16 printable ASCII characters without spaces")
         return token
+
+    @property
+    def read_model_options(self) -> ReadModelOptions:
+        """How this process builds its read models: vector graphs only when a recall can reach
+        past the window (MEMSTREAM_VECTOR_REACH > 0), the one search that uses them."""
+        return ReadModelOptions(vector_graphs=self.vector_reach > 0)
 
     @property
     def log_path(self) -> Path:

@@ -1,0 +1,142 @@
+"""`memstream rebuild` at scale: N memories with real 384-d vectors, checkpointed as a server
+leaves them, then a full rebuild (every read model, digests compared) timed by phase, beside
+the limits it runs against: SQLite's sequential read of the log.
+
+    python bench/rebuild_speed.py                      # 100k memories
+    python bench/rebuild_speed.py --sizes 100000,1000000 --keep /tmp/rebuild-data
+
+The corpus and its vectors are recall_latency.py's (WordNet definitions, MiniLM-L6 int8 vectors
+from vector_search.py's cache; needs `apt-get install wordnet-base`). The fill goes straight
+through the embedded command bus; the checkpoint is written by starting and closing an engine
+on the filled directory, as a server's shutdown does. Each size is rebuilt four times,
+alternating the default settings (no vector graphs) with a reach past the window (graphs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `memstream` sets it, before numpy loads
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import recall_latency  # noqa: E402  (bench/ on the path first)
+
+
+def log_read_rate(settings: Any) -> dict[str, float]:
+    """Records/s of reading the whole log in offset order, with and without vectors."""
+    from memstream.streams.log.sqlite import SqliteLog
+
+    log = SqliteLog(settings.log_path, num_partitions=settings.partitions, synchronous=settings.sync)
+    out: dict[str, float] = {}
+    try:
+        end = log.end_offset()
+        for vectors in (False, True):
+            started, pos = time.perf_counter(), 0
+            while pos < end:
+                records = log.read(pos, end, limit=5_000, vectors=vectors)
+                if not records:
+                    break
+                pos = records[-1].offset + 1
+            out["records_per_s_with_vectors" if vectors else "records_per_s_without_vectors"] = round(
+                end / (time.perf_counter() - started)
+            )
+    finally:
+        log.close()
+    return out
+
+
+async def checkpoint(settings: Any) -> float:
+    """Start and close an engine on the directory: it folds the log and writes its checkpoints."""
+    from memstream.api.services.engine import EmbeddedEngine
+
+    started = time.perf_counter()
+    engine = EmbeddedEngine(settings.model_copy(update={"embedder": "none"}))
+    await engine.start()
+    await engine.close()
+    return time.perf_counter() - started
+
+
+def one_size(n: int, workload: Any, work: Path) -> dict[str, Any]:
+    from memstream.api.services.rebuild import rebuild_all
+    from memstream.api.services.settings import Settings
+
+    data = work / f"n{n}"
+    settings = Settings(data_dir=data)
+    texts, vecs = workload.corpus(n)
+    fill = asyncio.run(recall_latency.fill(data, texts, vecs, workload.model_id))
+    recall_latency.log(f"{n}: filled in {fill['seconds']} s; checkpointing")
+    checkpoint_s = asyncio.run(checkpoint(settings))
+    recall_latency.log(f"{n}: checkpointed in {checkpoint_s:.1f} s; rebuilding")
+    runs = []
+    # The default (no vector graphs: reach 0), then with graphs (a reach past the window), twice.
+    for reach in (0, 50_000, 0, 50_000):
+        started = time.perf_counter()
+        report = rebuild_all(settings.model_copy(update={"vector_reach": reach}))
+        wall = time.perf_counter() - started
+        recall_latency.log(f"{n}: rebuilt with reach {reach} in {wall:.1f} s (equal: {report['equal']})")
+        runs.append(
+            {
+                "vector_reach": reach,
+                "vector_graphs": reach > 0,
+                "wall_s": round(wall, 2),
+                "equal": report["equal"],
+                "phases_s": report.get("phases_s"),
+                "fold_events_per_s": report["events_per_second"],
+            }
+        )
+    return {
+        "memories": n,
+        "events": report["events"],
+        "fill": fill,
+        "checkpoint_s": round(checkpoint_s, 2),
+        "rebuilds": runs,
+        "log_read": log_read_rate(settings),
+        "data_dir_mb": round(sum(p.stat().st_size for p in data.rglob("*") if p.is_file()) / 2**20),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="100000")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the data directories here")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "rebuild_speed.json")
+    args = ap.parse_args(argv)
+    for k in [k for k in os.environ if k.startswith("MEMSTREAM_")]:
+        del os.environ[k]
+    work = args.keep or Path(tempfile.mkdtemp(prefix="ms-rebuild-"))
+    work.mkdir(parents=True, exist_ok=True)
+    workload = recall_latency.Workload(1)
+    report: dict[str, Any] = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python bench/rebuild_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "load_start": os.getloadavg()},
+        "sizes": [],
+    }
+    try:
+        for n in (int(x) for x in args.sizes.split(",") if x):
+            report["sizes"].append(one_size(n, workload, work))
+            print(json.dumps(report["sizes"][-1]), flush=True)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    report["machine"]["load_end"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
