@@ -7,6 +7,14 @@
 #   infra/kafka-local.sh status           report; exit 0 running and answering, 1 running but not
 #                                         answering, 3 stopped
 #   infra/kafka-local.sh restart | logs [N] | env
+#   infra/kafka-local.sh kill             SIGKILL the broker (a crash), keeping its data: `start`
+#                                         brings it back on the same data
+#   infra/kafka-local.sh pause | resume   SIGSTOP / SIGCONT the broker (a frozen process: its
+#                                         connections stay open and nothing answers)
+#   infra/kafka-local.sh pid              print the broker's PID (exit 3 when it is not running)
+#
+# kill, pause and resume are for fault tests (tests/kafka/test_kafka_broker_faults.py runs them
+# against a broker of its own, on other ports and another data directory).
 #
 # Environment (all optional):
 #   KAFKA_PORT                     client port (default 9092)
@@ -314,6 +322,7 @@ abort_start() {
 stop_pid() {
     local pid=$1 deadline
     kill -TERM "$pid" 2>/dev/null || return 0
+    kill -CONT "$pid" 2>/dev/null || true   # a paused broker handles the TERM only once resumed
     deadline=$((SECONDS + STOP_TIMEOUT))
     while kill -0 "$pid" 2>/dev/null; do
         if ((SECONDS >= deadline)); then
@@ -392,6 +401,32 @@ cmd_status() {
     return 3
 }
 
+# signal_broker SIGNAL VERB: send SIGNAL to the running broker; exit 3 when none runs.
+signal_broker() {
+    local pid
+    pid=$(running_pid) || { say "not running (data dir $DATA_DIR)"; exit 3; }
+    kill "-$1" "$pid"
+    say "$2 Kafka (pid $pid)"
+}
+
+cmd_kill() {
+    local pid
+    pid=$(running_pid) || { say "not running (data dir $DATA_DIR)"; exit 3; }
+    kill -KILL "$pid"
+    local deadline=$((SECONDS + 10))
+    while kill -0 "$pid" 2>/dev/null; do
+        ((SECONDS < deadline)) || die "pid $pid survived SIGKILL"
+        sleep 0.05
+    done
+    say "killed Kafka (pid $pid) with SIGKILL; data kept in $DATA_DIR"
+}
+
+cmd_pid() {
+    local pid
+    pid=$(running_pid) || exit 3
+    echo "$pid"
+}
+
 main() {
     local cmd=${1:-}
     [[ $# -gt 0 ]] && shift
@@ -401,6 +436,10 @@ main() {
         status) cmd_status "$@" ;;
         restart) cmd_stop && cmd_start ;;
         logs) tail -n "${1:-100}" "$LOG_FILE" ;;
+        kill) cmd_kill ;;
+        pause) signal_broker STOP "paused (SIGSTOP)" ;;
+        resume) signal_broker CONT "resumed (SIGCONT)" ;;
+        pid) cmd_pid ;;
         env) echo "export MEMSTREAM_KAFKA_BOOTSTRAP=$BOOTSTRAP" ;;
         -h | --help | help) usage ;;
         *)
