@@ -312,10 +312,13 @@ class Router:
         ``timeout_s``: this request's own limit, for the long ones (a file transfer's parts)."""
         end = time.monotonic() + self.deadline_s
         why = "no worker has announced this partition yet"
-        timeout = None if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s, sock_connect=2.0)
         while time.monotonic() < end:
             url = self.owners.urls.get(partition)
             if url is not None:
+                # A worker waiting on the cluster (a broker down or frozen) holds the request:
+                # the call's own deadline bounds it, so the caller gets a 503, never a hang.
+                limit = end - time.monotonic() if timeout_s is None else timeout_s
+                timeout = aiohttp.ClientTimeout(total=max(limit, 0.001), sock_connect=2.0)
                 try:
                     async with self.client.post(f"{url}{path}", data=body, headers=headers, timeout=timeout) as r:
                         status, content = r.status, await r.read()

@@ -40,7 +40,7 @@ from memstream.api.services.embedding import Embedder
 from memstream.api.services.owners import owner_or_history
 from memstream.api.services.settings import Settings
 from memstream.api.tools.dispatch import failure, run_tool
-from memstream.api.tools.registry import Caller
+from memstream.api.tools.registry import REGISTRY, Caller
 from memstream.projections.runner import digest_of
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.commands import Command
@@ -338,6 +338,10 @@ def worker_app(worker: Worker) -> Starlette:
             return json_response(failure(f"invalid JSON body: {exc}"), 400)
         if name in ROUTER_TOOLS:
             return json_response(failure(f"{name} is the router's to answer (memstream serve --kafka)"), 501)
+        key = request.headers.get("idempotency-key")
+        tool = REGISTRY.get(name)
+        if key and tool is not None and tool.writes and isinstance(args, dict) and "command_id" not in args:
+            args["command_id"] = key  # the HTTP spelling of a command id (W9), as the embedded face reads it
         hint = request.headers.get(PARTITION_HEADER, "")
         engine = worker.engine_for_call(args, int(hint) if hint.isdigit() else None)
         if engine is None:
