@@ -118,7 +118,7 @@ def serve(
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
         return
     try:
-        app = create_app(settings)  # loads MEMSTREAM_ACL_FILE first: a bad file stops here
+        app = create_app(settings, host=host)  # loads MEMSTREAM_ACL_FILE first: a bad file stops here
     except AclConfigError as exc:
         raise click.ClickException(f"refusing to start: {exc}") from None
     _bind_notice(settings, host, port)

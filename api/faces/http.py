@@ -26,6 +26,7 @@ from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.faces.audit_page import add_audit_routes
 from memstream.api.faces.auth import BearerAuth, scope_caller
 from memstream.api.faces.mcp import streamable_http_app
+from memstream.api.faces.origin import OriginGuard, origin_policy
 from memstream.api.services.acl import load_configured
 from memstream.api.services.embedding import Embedder
 from memstream.api.services.engine import EmbeddedEngine
@@ -154,14 +155,20 @@ def _document_tool(app: FastAPI, tool: Tool, path: str | None = None, components
     )
 
 
-def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp: bool = True) -> FastAPI:
-    """The ASGI app; its lifespan opens and closes the engine."""
+def create_app(
+    settings: Settings, *, embedder: Embedder | None = None, with_mcp: bool = True, host: str = "127.0.0.1"
+) -> FastAPI:
+    """The ASGI app; its lifespan opens and closes the engine. ``host``: the address it is bound
+    to, a Host name it answers besides loopback and MEMSTREAM_ALLOWED_HOSTS (unless a wildcard)."""
     acl = load_configured(settings)  # a malformed ACL file stops here (AclConfigError)
+    policy = origin_policy(settings, host)
     eng = EmbeddedEngine(settings, embedder=embedder)
     eng.acl = acl
     mcp_app = mcp_lifespan = None
     if with_mcp:
-        mcp_app, mcp_lifespan = streamable_http_app(eng)
+        mcp_app, mcp_lifespan = streamable_http_app(
+            eng, allowed_hosts=policy.mcp_hosts(), allowed_origins=policy.mcp_origins()
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -227,5 +234,6 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, with_mcp
         # A Route (not a Mount) so that POST /mcp itself is served, not redirected to /mcp/.
         app.router.routes.append(Route("/mcp", endpoint=mcp_app, include_in_schema=False))
     if acl is not None:
-        app.add_middleware(BearerAuth, acl=acl)  # outermost: nothing is served before the token is checked
+        app.add_middleware(BearerAuth, acl=acl)  # nothing is served before the token is checked
+    app.add_middleware(OriginGuard, policy=policy)  # outermost: a web page's request is refused first
     return app

@@ -47,6 +47,10 @@ class Settings(BaseModel):
     # Kafka mode: the shared secret routers present to workers (api/kafka/router/gate.py). When a worker
     # has one, it answers nothing that does not carry it, so only routers reach its tools.
     worker_token: SecretStr | None = None
+    # Browser-origin protection (docs/security.md, "Browser origins"): Host names the HTTP API
+    # answers besides the loopback ones, and origins allowed besides those hosts' own pages.
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
 
     # -- recall (CPersona's knobs, MEMSTREAM_ prefix) --------------------------------------
     recall_mode: Literal["rrf", "rsf", "cascade"] = "rrf"
@@ -105,6 +109,18 @@ class Settings(BaseModel):
             raise ValueError("must be at least 16 printable ASCII characters without spaces")
         return token
 
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _host_names(cls, value: Any) -> Any:
+        """Comma-separated (the environment) or a list: bare host names or IP addresses, no port."""
+        return tuple(_host_name(entry) for entry in _entries(value)) if _is_list(value) else value
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> Any:
+        """Comma-separated (the environment) or a list: ``http(s)://host[:port]``, nothing more."""
+        return tuple(_origin(entry) for entry in _entries(value)) if _is_list(value) else value
+
     @property
     def read_model_options(self) -> ReadModelOptions:
         """How this process builds its read models: vector graphs only when a recall can reach
@@ -118,6 +134,33 @@ class Settings(BaseModel):
     @property
     def snapshot_dir(self) -> Path:
         return self.data_dir / "snapshots"
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, (str, list, tuple))
+
+
+def _entries(value: str | list[Any] | tuple[Any, ...]) -> list[str]:
+    items = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    return [item.strip() for item in items if item.strip()]
+
+
+def _host_name(entry: str) -> str:
+    """A host name or IP address as a Host header names it, lowercased, IPv6 without brackets."""
+    host = entry.lower().rstrip(".")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or any(c in host for c in "/@*?#[] \t") or (host.count(":") == 1):
+        raise ValueError(f"{entry!r} is not a host name or IP address (no scheme, port, path or wildcard)")
+    return host
+
+
+def _origin(entry: str) -> str:
+    """``scheme://host[:port]`` lowercased, as a browser sends it in ``Origin``."""
+    scheme, sep, rest = entry.lower().rstrip("/").partition("://")
+    if not sep or scheme not in ("http", "https") or not rest or any(c in rest for c in "/@*?# \t"):
+        raise ValueError(f"{entry!r} is not an origin (http://host[:port] or https://host[:port])")
+    return f"{scheme}://{rest}"
 
 
 _ENV = {
@@ -136,6 +179,8 @@ _ENV = {
     "read_your_writes_timeout_s": "MEMSTREAM_READ_YOUR_WRITES_TIMEOUT",
     "acl_file": "MEMSTREAM_ACL_FILE",
     "worker_token": "MEMSTREAM_WORKER_TOKEN",
+    "allowed_hosts": "MEMSTREAM_ALLOWED_HOSTS",
+    "allowed_origins": "MEMSTREAM_ALLOWED_ORIGINS",
     "recall_mode": "MEMSTREAM_RECALL_MODE",
     "recall_retrievers": "MEMSTREAM_RECALL_RETRIEVERS",
     "max_memories": "MEMSTREAM_MAX_MEMORIES",

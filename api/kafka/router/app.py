@@ -22,11 +22,12 @@ from starlette.routing import Route
 from memstream.api.faces.auth import BearerAuth
 from memstream.api.faces.http import TOOL_ROUTES, caller_of, json_response
 from memstream.api.faces.mcp import McpHttpApp
+from memstream.api.faces.origin import OriginGuard, origin_policy
 from memstream.api.kafka.router.gate import RouterGate
 from memstream.api.kafka.router.transfers import KafkaTransfers
 from memstream.api.kafka.wire import OWNER_PATH, PARTITION_HEADER, TRANSFER_TOOLS, route_partition, worker_headers
 from memstream.api.services.acl import AclConfig
-from memstream.api.services.settings import Settings
+from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.dispatch import failure, validated
 from memstream.api.tools.reads import LIST_CAP
 from memstream.api.tools.registry import Caller
@@ -355,9 +356,14 @@ def router_app(
     cfg: KafkaConfig, *, host: str = "127.0.0.1", acl: AclConfig | None = None, settings: Settings | None = None
 ) -> Starlette:
     """The router's app. With ``acl`` every request needs a bearer token of the file
-    (401 otherwise, as in embedded mode) and every call is checked before it is forwarded."""
+    (401 otherwise, as in embedded mode) and every call is checked before it is forwarded.
+    As embedded mode's, it answers only allowed Host names and origins, and JSON bodies
+    (api/faces/origin.py)."""
     router = Router(cfg, acl=acl, settings=settings)
-    mcp = McpHttpApp(None, host=host, call=router.call)
+    policy = origin_policy(settings if settings is not None else load_settings(env={}), host)
+    mcp = McpHttpApp(
+        None, host=host, call=router.call, allowed_hosts=policy.mcp_hosts(), allowed_origins=policy.mcp_origins()
+    )
 
     async def call(request: Request) -> Response:
         name = request.path_params.get("name") or TOOL_ROUTES[request.url.path]
@@ -391,7 +397,8 @@ def router_app(
     routes += [Route(path, call, methods=["POST"]) for path in TOOL_ROUTES]
     app = Starlette(routes=routes, lifespan=lifespan)
     if acl is not None:
-        app.add_middleware(BearerAuth, acl=acl)  # outermost: nothing is served before the token is checked
+        app.add_middleware(BearerAuth, acl=acl)  # nothing is served before the token is checked
+    app.add_middleware(OriginGuard, policy=policy)  # outermost: a web page's request is refused first
     app.state.router = router
     return app
 
