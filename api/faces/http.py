@@ -10,7 +10,6 @@ kind of failure it was; no input produces a 500.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -32,7 +31,7 @@ from memstream.api.services.embedding import Embedder
 from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.metrics import CONTENT_TYPE_LATEST, FACE
 from memstream.api.services.settings import Settings
-from memstream.api.tools.dispatch import failure, refuse, run_tool
+from memstream.api.tools.dispatch import failure, parse_arguments, refuse, run_tool
 from memstream.api.tools.registry import REGISTRY, Caller, Tool
 
 log = logging.getLogger(__name__)
@@ -74,15 +73,11 @@ async def call_tool(request: Request) -> Response:
     """``POST /v1/tools/{name}``: the body is the tool's arguments, handed to ``run_tool``."""
     name = request.path_params.get("name") or TOOL_ROUTES[request.url.path]
     raw = await request.body()
-    try:
-        args = orjson.loads(raw) if raw.strip() else {}
-    except orjson.JSONDecodeError as exc:
-        args = _with_lone_surrogates(raw, exc)
-        if args is None:  # refused and audited like any bad call (H4)
-            body = await refuse(
-                request.app.state.engine, caller_of(request), name, raw[:512], f"invalid JSON body: {exc}"
-            )
-            return json_response(body, 400)
+    try:  # numbers as written, lone surrogates kept: dispatch refuses them by name, as over MCP
+        args = parse_arguments(raw)
+    except ValueError as exc:  # refused and audited like any bad call (H4)
+        body = await refuse(request.app.state.engine, caller_of(request), name, raw[:512], f"invalid JSON body: {exc}")
+        return json_response(body, 400)
     key = request.headers.get("idempotency-key")
     tool = REGISTRY.get(name)
     if key and tool is not None and tool.writes and isinstance(args, dict) and "command_id" not in args:
@@ -116,21 +111,6 @@ def _with_components(app: FastAPI, components: dict[str, Any]) -> None:
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-
-def _with_lone_surrogates(raw: bytes, exc: orjson.JSONDecodeError) -> Any:
-    """A body orjson refused only for a lone surrogate escape (``"\\udfff"``), parsed anyway so
-    dispatch refuses it by name, as the MCP face does; None for anything else."""
-    if "surrogate" not in str(exc):
-        return None
-
-    def no_constants(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    try:
-        return json.loads(raw, parse_constant=no_constants)
-    except (ValueError, RecursionError):
-        return None
 
 
 def _document_tool(app: FastAPI, tool: Tool, path: str | None = None, components: dict[str, Any] | None = None) -> None:

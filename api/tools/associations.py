@@ -23,7 +23,7 @@ from memstream.api.services.failures import mark_failure
 from memstream.api.services.ports import Engine, ReadModels, Reads
 from memstream.api.services.settings import Settings
 from memstream.api.services.tokens import count_tokens
-from memstream.api.tools.common import Flag, Name, SessionKey, WriteArgs
+from memstream.api.tools.common import MAX_INT, Flag, Name, SessionKey, WriteArgs
 from memstream.api.tools.declarations import EMPTY_REPORT, run_declaration
 from memstream.api.tools.points import AS_OF_HELP, AsOf, state_at, time_bounds
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
@@ -148,7 +148,9 @@ MODE_CAPS: Final = {"lite": 3000, "pro": 5000}  # tokens of the returned JSON (W
 class ReconstructArgs(ToolArgs):
     agent_id: StrictStr = Field(description="The agent whose memories are reconstructed.")
     query: StrictStr = Field(max_length=100_000, description="The question.")
-    count: Annotated[StrictInt, Field(ge=0)] | None = Field(default=None, description="Most items (default 10).")
+    count: Annotated[StrictInt, Field(ge=0, le=MAX_INT)] | None = Field(
+        default=None, description="Most items (default 10)."
+    )
     top_k: Annotated[StrictInt, Field(ge=1, le=100)] | None = Field(
         default=None, description="Candidate depth handed to recall (default 20); never derived from count."
     )
@@ -164,7 +166,7 @@ class ReconstructArgs(ToolArgs):
     source_id: StrictStr = ""
     session_key: SessionKey = ""
     trace: Flag = Field(default=False, description="Add candidate refs, clusters and declared cues.")
-    budget: Annotated[StrictInt, Field(ge=1)] | None = Field(
+    budget: Annotated[StrictInt, Field(ge=1, le=MAX_INT)] | None = Field(
         default=None, description="Characters of quoted text (heads, then excerpts)."
     )
     time_cue: dict[str, Any] | None = Field(default=None, description="{after?, before?}: ISO-8601 bounds.")

@@ -9,7 +9,10 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 from memstream.api.tools.registry import Caller, ToolArgs
 from memstream.streams.events import Actor, Scope, new_id, utcnow
 
-Id = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)]
+# Every integer a tool takes fits a signed 64-bit integer (the log's columns hold no more;
+# dispatch refuses any other number in the arguments by name).
+MAX_INT = 2**63 - 1
+Id = Annotated[StrictInt, Field(ge=0, le=MAX_INT)]
 Name = Annotated[StrictStr, Field(max_length=256)]
 SessionKey = Annotated[StrictStr, Field(max_length=256)]
 CommandId = Annotated[StrictStr, Field(min_length=1, max_length=200)]

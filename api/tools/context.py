@@ -21,7 +21,7 @@ from memstream.api.query.recall.pipeline import RecallRequest, RecallResult, row
 from memstream.api.services.failures import mark_failure
 from memstream.api.services.ports import Engine, ReadModels
 from memstream.api.services.tokens import TOKENIZER, WORDPIECE
-from memstream.api.tools.common import Flag, Id, Name, envelope
+from memstream.api.tools.common import MAX_INT, Flag, Id, Name, envelope
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.writes import MemoryIdArgs, memory_owner
 from memstream.projections.records import EpisodeRow, MemoryRow
@@ -133,7 +133,9 @@ async def _refill(engine: Engine, args: ContextPackageArgs, budget: int) -> dict
 class ContextPacketArgs(ToolArgs):
     agent_id: Name = Field(description="The agent whose memories are asked.")
     query: Query = Field(description="The question; empty or whitespace is refused (HTTP 400).")
-    max_items: StrictInt = Field(default=8, description="Items delivered; clamped to [1, 32] (seed 002).")
+    max_items: StrictInt = Field(
+        default=8, ge=-MAX_INT - 1, le=MAX_INT, description="Items delivered; clamped to [1, 32] (seed 002)."
+    )
     project_id: Name | None = Field(default=None, description="'X' reads X plus the global pool; omitted: all.")
     channel: Name | None = Field(default=None, description="'C' reads C plus the unscoped channel.")
     include_raw: Flag = Field(default=False, description="Whole contents instead of previews.")

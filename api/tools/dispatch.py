@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import re
 import time
 from typing import Any, TypeVar, overload
 
+import orjson
 from pydantic import ValidationError
 
 from memstream.api.services.acl import WILDCARD, AclConfig, authorize, denial
@@ -114,6 +118,9 @@ async def _run_tool(
     if bad is not None:
         why = f"{bad} is not valid UTF-8 (it holds an unpaired surrogate)"
         return await _refuse(engine, caller, name, raw, why), "invalid"
+    number = bad_number(raw)
+    if number is not None:
+        return await _refuse(engine, caller, name, raw, number), "invalid"
     try:
         args = tool.args.model_validate(raw)
     except ValidationError as exc:
@@ -154,7 +161,7 @@ def validated(name: str, raw: Any) -> tuple[Tool, ToolArgs] | None:
         return None
     if raw is None:
         raw = {}
-    if not isinstance(raw, dict) or _too_deep(raw) or _first_surrogate(raw) is not None:
+    if not isinstance(raw, dict) or _too_deep(raw) or _first_surrogate(raw) is not None or bad_number(raw):
         return None
     try:
         return tool, tool.args.model_validate(raw)
@@ -237,6 +244,79 @@ async def _audit(
         log.error("could not audit a refused %s call: %s", name, exc)
 
 
+# -- numbers ---------------------------------------------------------------------------------
+#
+# Every integer a tool accepts fits a signed 64-bit integer (ids, offsets, and any number inside
+# metadata or declarations): the log's SQLite columns and orjson hold no more. NaN and Infinity
+# are not JSON numbers; a parser that lets them through (MCP's) would hand them on, and orjson
+# would store them as null. Both are refused by name, whichever face the call came through.
+
+MIN_INT, MAX_INT = -(2**63), 2**63 - 1
+
+
+def bad_number(raw: Any) -> str | None:
+    """Why the arguments hold a number no tool accepts (an integer past 64 bits, NaN or an
+    infinity), naming where it is; None when every number is fine. Iterative: any depth is safe."""
+    stack: list[tuple[Any, str]] = [(raw, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            items = list(node.items())
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in reversed(items))
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(node))))
+        elif isinstance(node, bool):
+            continue
+        elif isinstance(node, int) and not MIN_INT <= node <= MAX_INT:
+            shown = str(node) if node.bit_length() <= 128 else f"an integer of {node.bit_length()} bits"
+            return f"{where or 'arguments'}: {shown} is out of range: integers must fit in 64 bits (-2^63 .. 2^63-1)"
+        elif isinstance(node, float) and not math.isfinite(node):
+            shown = "NaN" if math.isnan(node) else "Infinity" if node > 0 else "-Infinity"
+            return f"{where or 'arguments'}: {shown} is not a JSON number (send a finite number)"
+    return None
+
+
+# Runs of 19 digits or more: an integer orjson would read as a float (past 64 bits), or a long
+# fraction (harmless to read again).
+_LONG_NUMBER = re.compile(rb"\d{19,}")
+
+
+def parse_arguments(raw: bytes) -> Any:
+    """A JSON body of tool arguments, numbers as they were written: an integer past 64 bits
+    stays an integer and NaN / Infinity a float (orjson would round the first to a float and
+    refuse the second), so ``run_tool`` refuses them by name, as it does over MCP; a lone
+    surrogate escape is kept for dispatch to refuse by name too. ``{}`` for an empty body;
+    raises ``ValueError`` (orjson's message) for anything that is not JSON."""
+    if not raw.strip():
+        return {}
+    try:
+        fast = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        error: ValueError | None = exc
+    else:
+        if not _LONG_NUMBER.search(raw):
+            return fast
+        error = None
+    try:
+        return json.loads(raw.decode("utf-8"))  # the stdlib keeps big integers, NaN, Infinity, lone surrogates
+    except (ValueError, RecursionError):
+        if error is None:
+            return fast
+        raise error from None
+
+
+def encode_arguments(args: Any) -> bytes:
+    """Tool arguments as JSON to hand on (Kafka mode's router to a worker), numbers as they came:
+    orjson writes NaN as null and refuses integers past 64 bits, so arguments holding either
+    (or a lone surrogate) are written by the stdlib, for the receiving dispatch to refuse."""
+    if bad_number(args) is None:
+        try:
+            return orjson.dumps(args)
+        except TypeError:
+            pass
+    return json.dumps(args, ensure_ascii=True).encode()
+
+
 # Deeper arguments are refused before validation: no tool takes them, and serialising them
 # (metadata, audit records) would hit the JSON encoders' recursion limits.
 MAX_DEPTH = 64
@@ -298,7 +378,12 @@ def _summarize(raw: Any, limit: int = 512) -> dict[str, Any]:
         return {"_raw": _printable(_repr(raw, limit))}
     out: dict[str, Any] = {}
     for k, v in list(raw.items())[:32]:
-        plain = isinstance(v, str | float | bool) or v is None or (isinstance(v, int) and v.bit_length() <= 63)
+        plain = (
+            isinstance(v, str | bool)
+            or v is None
+            or (isinstance(v, float) and math.isfinite(v))
+            or (isinstance(v, int) and v.bit_length() <= 63)
+        )
         text = v if plain else _repr(v, limit)
         if isinstance(text, str):
             text = _printable(text[:limit] + ("…" if len(text) > limit else ""))

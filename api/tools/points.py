@@ -12,7 +12,7 @@ from memstream.api.services.failures import mark_failure
 from memstream.api.services.inputs import InputError, parse_timestamp
 from memstream.api.services.ports import Engine, Reads
 
-AsOf = Annotated[StrictInt, Field(ge=0)] | Annotated[StrictStr, Field(max_length=64)]
+AsOf = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | Annotated[StrictStr, Field(max_length=64)]
 AS_OF_HELP = "memstream: answer from the state at this log offset (int) or instant (ISO-8601)."
 
 

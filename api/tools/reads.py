@@ -9,7 +9,7 @@ from pydantic import Field, StrictInt, StrictStr
 
 from memstream.api.services.failures import mark_failure
 from memstream.api.services.ports import Engine, HealthProbe, ReadModels
-from memstream.api.tools.common import BETAS, GLOBAL_PRECISION, Flag, sql_time
+from memstream.api.tools.common import BETAS, GLOBAL_PRECISION, MAX_INT, Flag, sql_time
 from memstream.api.tools.points import AS_OF_HELP, AsOf, state_at
 from memstream.api.tools.registry import Caller, Tool, ToolArgs, register
 from memstream.api.tools.sanitize import InputError
@@ -21,13 +21,14 @@ from memstream.streams.log.port import resolved
 GET_CONTENTS_BUDGET = 40_000
 LIST_CAP = 500
 
-Pair = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=2, max_length=2)]
+Offset = Annotated[StrictInt, Field(ge=0, le=MAX_INT)]
+Pair = Annotated[list[Offset], Field(min_length=2, max_length=2)]
 
 
 class RangeRef(ToolArgs):
     ref: StrictStr
-    node: Annotated[StrictInt, Field(ge=0)] | Pair | None = None
-    block: Annotated[StrictInt, Field(ge=0)] | Pair | None = None
+    node: Offset | Pair | None = None
+    block: Offset | Pair | None = None
     span: Pair | None = None
     revision: StrictStr | None = None
 
@@ -253,7 +254,10 @@ class HistoryArgs(ToolArgs):
         default=None, description="With ref: owner check. Alone: every event of the agent, oldest first."
     )
     since_offset: StrictInt = Field(
-        default=0, ge=0, description="Agent history: start at this log offset (Kafka mode: of the agent's partition)."
+        default=0,
+        ge=0,
+        le=MAX_INT,
+        description="Agent history: start at this log offset (Kafka mode: of the agent's partition).",
     )
     limit: StrictInt = Field(default=1000, ge=1, le=10_000)
 
@@ -285,7 +289,9 @@ class AuditArgs(ToolArgs):
         default=None, description="Only this agent's records (required in Kafka mode: the trail is per partition)."
     )
     kind: Literal["refused", "skipped", "all"] = Field(default="refused", description="Which records.")
-    since_offset: StrictInt = Field(default=0, ge=0, description="First audit offset (Kafka mode: of the partition).")
+    since_offset: StrictInt = Field(
+        default=0, ge=0, le=MAX_INT, description="First audit offset (Kafka mode: of the partition)."
+    )
     limit: StrictInt = Field(default=100, ge=1, le=10_000)
 
 

@@ -45,6 +45,9 @@ CREATE INDEX IF NOT EXISTS audit_by_agent ON audit(agent, kind, "offset");
 
 DEFAULT_PARTITIONS = 16
 BUSY_TIMEOUT_MS = 60_000
+# SQLite's integers are signed 64-bit: no offset lies past this, and binding a larger Python int
+# raises OverflowError, so reads from (or to) beyond it are answered here.
+MAX_OFFSET = 2**63 - 1
 
 
 def connect(path: Path, *, synchronous: str = "FULL") -> sqlite3.Connection:
@@ -116,6 +119,10 @@ class SqliteLog:
         vectors: bool = True,
         types: Sequence[str] | None = None,
     ) -> list[LogRecord]:
+        if start > MAX_OFFSET:
+            return []
+        start = max(start, 0)  # offsets start at 0: an earlier start reads the same rows
+        stop = None if stop is None or stop > MAX_OFFSET else max(stop, 0)
         column = "vector" if vectors else "NULL"
         sql = f'SELECT "offset", partition, agent, type, value, {column} FROM events WHERE "offset" >= ?'
         args: list[object] = [start]
@@ -135,6 +142,7 @@ class SqliteLog:
     def read_offsets(self, offsets: Sequence[int]) -> list[LogRecord]:
         out: list[LogRecord] = []
         conn = self.connection()
+        offsets = [o for o in offsets if 0 <= o <= MAX_OFFSET]
         for i in range(0, len(offsets), 500):
             chunk = list(offsets[i : i + 500])
             marks = ",".join("?" * len(chunk))
@@ -152,6 +160,10 @@ class SqliteLog:
         kind: str | None = None,
         limit: int = 10_000,
     ) -> list[LogRecord]:
+        if start > MAX_OFFSET:
+            return []
+        start = max(start, 0)  # offsets start at 0: an earlier start reads the same rows
+        stop = None if stop is None or stop > MAX_OFFSET else max(stop, 0)
         sql = 'SELECT "offset", partition, agent, kind, value FROM audit WHERE "offset" >= ?'
         args: list[object] = [start]
         if stop is not None:

@@ -28,7 +28,7 @@ from memstream.api.kafka.router.transfers import KafkaTransfers
 from memstream.api.kafka.wire import OWNER_PATH, PARTITION_HEADER, TRANSFER_TOOLS, route_partition, worker_headers
 from memstream.api.services.acl import AclConfig
 from memstream.api.services.settings import Settings, load_settings
-from memstream.api.tools.dispatch import failure, validated
+from memstream.api.tools.dispatch import encode_arguments, failure, parse_arguments, validated
 from memstream.api.tools.reads import LIST_CAP
 from memstream.api.tools.registry import Caller
 from memstream.streams.log.kafka import KafkaConfig, ensure_topics
@@ -146,8 +146,8 @@ class Router:
 
     async def forward(self, name: str, body: bytes, headers: dict[str, str], caller: Caller | None = None) -> Response:
         try:
-            args = orjson.loads(body) if body.strip() else {}
-        except orjson.JSONDecodeError as exc:
+            args = parse_arguments(body)
+        except ValueError as exc:
             return json_response(failure(f"invalid JSON body: {exc}"), 400)
         status, content = await self.forward_raw(name, args, body, headers, caller)
         return Response(content, status_code=status, media_type="application/json")
@@ -157,7 +157,7 @@ class Router:
         headers = {"content-type": "application/json", "x-client-id": caller.client_id}
         if caller.session_id:
             headers["x-session-id"] = caller.session_id
-        _, content = await self.forward_raw(name, args, orjson.dumps(args), headers, caller)
+        _, content = await self.forward_raw(name, args, encode_arguments(args), headers, caller)
         body: dict[str, Any] = orjson.loads(content)
         return body
 

@@ -39,7 +39,7 @@ from memstream.api.services.embedders import Embedders
 from memstream.api.services.embedding import Embedder
 from memstream.api.services.owners import owner_or_history
 from memstream.api.services.settings import Settings
-from memstream.api.tools.dispatch import failure, run_tool
+from memstream.api.tools.dispatch import failure, parse_arguments, run_tool
 from memstream.api.tools.registry import REGISTRY, Caller
 from memstream.projections.runner import digest_of
 from memstream.streams.buses.kafka import KafkaCommandBus
@@ -333,8 +333,8 @@ def worker_app(worker: Worker) -> Starlette:
     async def call(request: Request) -> Response:
         name = request.path_params["name"]
         try:
-            args = orjson.loads(await request.body() or b"{}")
-        except orjson.JSONDecodeError as exc:
+            args = parse_arguments(await request.body())
+        except ValueError as exc:
             return json_response(failure(f"invalid JSON body: {exc}"), 400)
         if name in ROUTER_TOOLS:
             return json_response(failure(f"{name} is the router's to answer (memstream serve --kafka)"), 501)
