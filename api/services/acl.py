@@ -77,7 +77,8 @@ class Demand:
 
     agent: str
     level: int
-    named: bool = True  # False: the owner of a record the call names (not echoed in a denial)
+    named: bool = True  # False: not an agent the caller named (not echoed in a denial)
+    owner: bool = False  # the owner of a record the call names: unmet, the record is answered as missing
 
 
 @dataclass(frozen=True)
@@ -358,13 +359,45 @@ async def demands(owners: RecordOwners, tool: ToolFacts, args: BaseModel) -> lis
         if claimed:
             out.append(Demand(claimed, level))
         if owner is not None and owner != claimed:
-            out.append(Demand(owner, level, named=False))
+            out.append(Demand(owner, level, named=False, owner=True))
         if not claimed and owner is None:
             # Nothing says whose record this is (yet): a record created between this check and
             # the handler's own lookup must not slip through, so the call needs every agent.
             # An unparseable ref touches nothing (the handler refuses it): no agent demand.
             out.append(Demand(WILDCARD if parsed else "", level))
     return out
+
+
+def may_sweep(config: AclConfig | None, client_id: str, level: int = READ) -> bool:
+    """Whether a client may reach every agent at once at ``level`` (anyone may, without an ACL)."""
+    if config is None:
+        return True
+    client = config.client(client_id)
+    return client is not None and client.permits(Demand(WILDCARD, level))
+
+
+def as_missing(needed: list[Demand]) -> list[Demand]:
+    """What the call would need if the record it names did not exist: an owner's demand goes,
+    and with no agent named, the call needs every agent (as ``demands`` asks of an id nobody
+    owns)."""
+    rest = [d for d in needed if not d.owner]
+    owners = [d for d in needed if d.owner]
+    if owners and not any(d.named and d.agent for d in rest):
+        rest.append(Demand(WILDCARD, owners[0].level))
+    return rest
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why ``authorize`` stops a call. ``demand`` is the unmet demand the caller is answered
+    with (None: none, the call runs as it would on a record that does not exist); ``hidden`` is
+    the unmet demand of a named record's owner, which the caller is never told of (the record
+    is answered as missing, so its id cannot be probed) but the audit trail records."""
+
+    demand: Demand | None
+    why: str
+    hidden: Demand | None = None
+    hidden_why: str = ""
 
 
 def denial(name: str, client_id: str, demand: Demand, detail: str) -> dict[str, Any]:
@@ -400,14 +433,27 @@ def explain(client: Client | None, demand: Demand) -> str:
 
 async def authorize(
     owners: RecordOwners, config: AclConfig, caller: Principal, tool: ToolFacts, args: BaseModel
-) -> tuple[Demand, str] | None:
-    """None when the call may run; else the first unmet demand and why."""
+) -> Refusal | None:
+    """None when the call may run; else the first unmet demand and why.
+
+    A record owned by an agent the client may not reach is answered as a record that does not
+    exist (docs/security.md, "Records are checked against their owner"): the call is judged by
+    what it would need then (``as_missing``), and the owner's unmet demand is kept as
+    ``hidden`` for the audit trail. With an agent named, that runs the call on the named agent
+    alone, whose decider finds no such record: the very answer an unknown id gets."""
     if not caller.authenticated:
         # A face that authenticated nobody reached dispatch in ACL mode: a wiring bug; deny.
         log.error("ACL: unauthenticated caller %r reached %s while ACL mode is active", caller.client_id, tool.name)
-        return Demand("", READ, named=False), "no authenticated principal"
+        return Refusal(Demand("", READ, named=False), "no authenticated principal")
     client = config.client(caller.client_id)
-    for demand in await demands(owners, tool, args):
+    needed = await demands(owners, tool, args)
+    for demand in needed:
         if client is None or not client.permits(demand):
-            return demand, explain(client, demand)
+            if client is None or not demand.owner:
+                return Refusal(demand, explain(client, demand))
+            hidden_why = explain(client, demand)
+            for instead in as_missing(needed):
+                if not client.permits(instead):
+                    return Refusal(instead, explain(client, instead), demand, hidden_why)
+            return Refusal(None, "", demand, hidden_why)
     return None

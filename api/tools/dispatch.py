@@ -178,9 +178,13 @@ async def enforce_grants(
     if refused is None:
         return None
     name = tool.name
-    demand, why = refused
-    where = demand.agent if demand.agent not in ("", WILDCARD) else None
-    log.warning("ACL denial: client=%s tool=%s agent=%s", caller.client_id, name, demand.agent or "-")
+    # The unmet demand the audit record names: a hidden owner's (the caller is answered as if
+    # the record did not exist, but operators see who reached for whose record), else the one
+    # the caller is told of.
+    audited, why = (refused.hidden, refused.hidden_why) if refused.hidden is not None else (refused.demand, refused.why)
+    assert audited is not None, "a refusal names an unmet demand"
+    where = audited.agent if audited.agent not in ("", WILDCARD) else None
+    log.warning("ACL denial: client=%s tool=%s agent=%s", caller.client_id, name, audited.agent or "-")
     # A fresh command id: the audit record of a refusal answers retries of its command id
     # (W9), and a denied caller must not pin an outcome on an id an authorized one may use.
     await _audit(
@@ -193,7 +197,9 @@ async def enforce_grants(
         agent=where,
         fresh=True,
     )
-    return denial(name, caller.client_id, demand, why)
+    if refused.demand is None:  # the named agent's own call: it finds no such record
+        return None
+    return denial(name, caller.client_id, refused.demand, refused.why)
 
 
 async def refuse(engine: Audited, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:

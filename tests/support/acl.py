@@ -4,7 +4,9 @@ expected grants written out by hand, faces that send a bearer token, and the den
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +108,42 @@ class TokenMcpFace:
 
     async def close(self) -> None:
         return None
+
+
+# Calls naming a record by id (the tools docs/security.md lists under "Records are checked
+# against their owner"), built for a memory id or an episode id.
+MEMORY_CALLS: list[tuple[str, Callable[[int], dict[str, Any]]]] = [
+    ("update_memory", lambda i: {"memory_id": i, "content": "hijack"}),
+    ("delete_memory", lambda i: {"memory_id": i}),
+    ("lock_memory", lambda i: {"memory_id": i}),
+    ("unlock_memory", lambda i: {"memory_id": i}),
+    ("verify_memory", lambda i: {"memory_id": i}),
+    ("declare_standing", lambda i: {"ref": f"mem:{i}", "standing": "noise"}),
+    ("history", lambda i: {"ref": f"mem:{i}"}),
+]
+EPISODE_CALLS: list[tuple[str, Callable[[int], dict[str, Any]]]] = [
+    ("delete_episode", lambda i: {"episode_id": i}),
+    ("declare_standing", lambda i: {"ref": f"ep:{i}", "standing": "noise"}),
+    ("history", lambda i: {"ref": f"ep:{i}"}),
+]
+
+
+def masked(body: dict[str, Any], ident: int) -> str:
+    """``body`` as JSON text with the record id it names masked: the answers for two ids compare."""
+    return re.sub(rf"(?<![0-9]){ident}(?![0-9])", "<id>", json.dumps(body, sort_keys=True))
+
+
+async def assert_answered_as_missing(
+    face: Any, tool: str, make: Callable[[int], dict[str, Any]], extra: dict[str, Any], real: int, missing: int
+) -> dict[str, Any]:
+    """The call on record ``real`` answers exactly what it answers on ``missing`` (an id nobody
+    owns): the same body but for the id, and over HTTP the same status. Returns the answer."""
+    body = await face.call(tool, {**make(real), **extra})
+    status = getattr(face, "status", None)
+    expected = await face.call(tool, {**make(missing), **extra})
+    assert masked(body, real) == masked(expected, missing), (tool, extra, body, expected)
+    assert status == getattr(face, "status", None), (tool, extra, body)
+    return body
 
 
 def assert_denied(body: dict[str, Any], tool: str, client: str) -> None:

@@ -28,7 +28,19 @@ from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
-from tests.support.acl import ACL, EXPECTED, TOKENS, TokenHttpFace, TokenMcpFace, assert_denied, unique, write_acl
+from tests.support.acl import (
+    ACL,
+    EPISODE_CALLS,
+    EXPECTED,
+    MEMORY_CALLS,
+    TOKENS,
+    TokenHttpFace,
+    TokenMcpFace,
+    assert_answered_as_missing,
+    assert_denied,
+    unique,
+    write_acl,
+)
 from tests.support.embedders import HashEmbedder
 from tests.support.servers import ServerThread, free_port, log_end
 
@@ -190,33 +202,42 @@ async def test_isolation_matrix(as_client: Any, acl_server: ServerThread, client
 
 
 async def test_records_are_checked_against_their_owner(as_client: Any, acl_server: ServerThread) -> None:
-    """rw-alice cannot touch bob's records by id, whether it names no agent or names alice."""
+    """rw-alice cannot touch bob's records by id, whether it names no agent or names alice, nor
+    tell them from ids nobody owns, deleted records included: the same answer (status, error,
+    text) as for a missing id. The audit trail records each denial, for operators."""
     bob_mem = await seed(acl_server, "bob", unique("bob's private note"))
+    gone = await seed(acl_server, "bob", unique("bob's deleted note"))
     admin = as_client("admin")
     episode = await admin.call("archive_episode", {"agent_id": "bob", "summary": unique("bob episode")})
     ep_id = episode["episode_id"]
+    assert (await admin.call("delete_memory", {"memory_id": gone}))["ok"] is True
     face = as_client("rw-alice")
+    missing = 10**12
     try:
         before = log_end(acl_server)
-        for args in ({}, {"agent_id": "alice"}):
-            for tool in ("update_memory", "delete_memory", "lock_memory", "unlock_memory", "verify_memory"):
-                call = {"memory_id": bob_mem, **args, **({"content": "hijack"} if tool == "update_memory" else {})}
-                body = await face.call(tool, call)
-                assert_denied(body, tool, "rw-alice")
-                assert body.get("agent_id") in (None, "alice"), body  # the owner's name is not echoed
-            body = await face.call("delete_episode", {"episode_id": ep_id, **args})
-            assert_denied(body, "delete_episode", "rw-alice")
-            body = await face.call("declare_standing", {"ref": f"mem:{bob_mem}", "standing": "noise", **args})
-            assert_denied(body, "declare_standing", "rw-alice")
-            body = await face.call("history", {"ref": f"mem:{bob_mem}", **args})
-            assert_denied(body, "history", "rw-alice")
+        calls = [(t, make, real) for real in (bob_mem, gone) for t, make in MEMORY_CALLS]
+        calls += [(t, make, ep_id) for t, make in EPISODE_CALLS]
+        for extra in ({}, {"agent_id": "alice"}):
+            for tool, make, real in calls:
+                body = await assert_answered_as_missing(face, tool, make, extra, real, missing)
+                if extra:  # alice's own call: it finds no such record
+                    assert body["ok"] is False and body["error"] != "permission_denied", body
+                else:  # an id nobody owns needs every agent: it might be bob's by the time it is decided
+                    assert_denied(body, tool, "rw-alice")
+                    assert body["agent_id"] == "*", body  # the owner's name is not echoed
         assert log_end(acl_server)[0] == before[0]
+        # Operators see who reached for bob's records: one denial per call on one of them.
+        after = await admin.call("audit_log", {"agent_id": "bob", "since_offset": before[1], "limit": 10_000})
+        new = after["records"]
+        denials = [r for r in new if r["who"]["client_id"] == "rw-alice"]
+        assert len(denials) == 2 * len(calls), new
+        assert {r["outcome"]["error"] for r in denials} == {"permission_denied"}
+        assert {r["why"] for r in denials} == {
+            "permission_denied: the record named belongs to an agent this client may not reach at this level"
+        }
         # get_contents answers only the named agent's refs: bob's comes back missing.
         body = await face.call("get_contents", {"agent_id": "alice", "refs": [f"mem:{bob_mem}"]})
         assert body["items"] == [] and body["missing"] == [f"mem:{bob_mem}"]
-        # An id nobody owns (yet) needs every agent: it might be bob's by the time it is decided.
-        body = await face.call("delete_memory", {"memory_id": 10**12})
-        assert_denied(body, "delete_memory", "rw-alice")
         # The owner may.
         mine = await seed(acl_server, "alice", unique("alice's own"))
         body = await face.call("lock_memory", {"memory_id": mine})
@@ -351,9 +372,9 @@ async def test_owner_of_a_deleted_record_is_found_through_its_history(as_client:
         assert (await admin.call("delete_memory", {"memory_id": gone}))["ok"] is True
         body = await bob_rw.call("history", {"ref": f"mem:{gone}"})  # bob's: readable without naming bob
         assert [e["type"] for e in body["events"]][-1].endswith("deleted"), body
-        assert_denied(
-            await alice_rw.call("history", {"ref": f"mem:{gone}", "agent_id": "alice"}), "history", "rw-alice"
-        )
+        # alice's writer cannot tell it from a record that never was.
+        body = await alice_rw.call("history", {"ref": f"mem:{gone}", "agent_id": "alice"})
+        assert body == {"ok": False, "error": f"no history for mem:{gone}"}, body
     finally:
         for f in (admin, bob_rw, alice_rw):
             await f.close()
