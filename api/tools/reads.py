@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, StrictStr
 
+from memstream.api.services.acl import AclConfig, may_sweep
 from memstream.api.services.failures import mark_failure
 from memstream.api.services.ports import Engine, HealthProbe, ReadModels
 from memstream.api.tools.common import BETAS, GLOBAL_PRECISION, MAX_INT, Flag, sql_time
@@ -375,7 +376,36 @@ def _checkpoint_issues(health: HealthProbe, every: int, end: int) -> tuple[list[
     return issues, {"checkpoint_age_s": seen, "events_since_checkpoint": behind}
 
 
+# An agent's own figures in a health answer; every other figure is the whole store's.
+AGENT_FIGURES = ("memories", "episodes", "profiles")
+STORE_WIDE = "a store-wide check: its figures go only to clients that may read every agent"
+
+
+def health_seen_by(
+    acl: AclConfig | None, caller: Caller, agent_id: str | None, verdict: dict[str, Any]
+) -> dict[str, Any]:
+    """``check_health`` as ``caller`` may see it. With an ``agent_id``, in ACL mode, a client
+    that may not read every agent gets the verdict with that agent's figures only: the log's
+    offsets, the folds' lag and checkpoints, and the issues of store-wide checks (their
+    severity kept, their detail not) tell of every agent's writes (docs/security.md)."""
+    if not agent_id or verdict.get("ok") is False or may_sweep(acl, caller.client_id):
+        return verdict
+    issues = [
+        issue if issue.get("agent_id") == agent_id else {**issue, "detail": STORE_WIDE}
+        for issue in verdict.get("issues", [])
+        if issue.get("agent_id") in (None, agent_id)
+    ]
+    stats = verdict.get("stats", {})
+    kept = {key: stats[key] for key in ("mode", *AGENT_FIGURES) if key in stats}
+    return {**verdict, "issues": issues, "stats": kept}
+
+
 async def check_health(engine: Engine, caller: Caller, args: HealthArgs) -> dict[str, Any]:
+    verdict = await _check_health(engine, args)
+    return health_seen_by(engine.acl, caller, args.agent_id, verdict)
+
+
+async def _check_health(engine: Engine, args: HealthArgs) -> dict[str, Any]:
     wanted = list(args.checks or DEFAULT_CHECKS)
     unknown = [c for c in wanted if c not in HEALTH_CHECKS]
     if unknown:

@@ -316,6 +316,30 @@ async def test_records_are_checked_against_their_owner(as_client: Any, deploymen
             await f.close()
 
 
+async def test_health_of_one_agent_shows_that_agents_figures_only(as_client: Any, deployment: Deployment) -> None:
+    """check_health with an agent_id, answered by the router: a client that may not read every
+    agent gets the verdict without the deployment's figures (partitions, workers, their
+    addresses); a client that may sweep gets them all."""
+    store_wide = "a store-wide check: its figures go only to clients that may read every agent"
+    for client, whole in (("rw-alice", False), ("r-alice", False), ("admin", True), ("rw-all-not-admin", True)):
+        face = as_client(client)
+        try:
+            body = await face.call("check_health", {"agent_id": "alice"})
+            assert body["status"] in ("healthy", "degraded"), body
+            if whole:
+                assert body["stats"]["partitions_with_owner"] == PARTITIONS, body
+            else:
+                assert body["stats"] == {"mode": "kafka"}, body
+                assert all(i["detail"] == store_wide for i in body["issues"]), body
+        finally:
+            await face.close()
+    face = as_client("star-r-no-alice")
+    try:
+        assert_denied(await face.call("check_health", {"agent_id": "alice"}), "check_health", "star-r-no-alice")
+    finally:
+        await face.close()
+
+
 async def test_fleet_recall_spans_partitions_within_grants(as_client: Any, deployment: Deployment) -> None:
     """recall_fleet over agents of different partitions answers each agent's rows (the router
     splits it per agent), and only for agents the caller may read: one agent outside its grants

@@ -247,7 +247,7 @@ async def test_records_are_checked_against_their_owner(as_client: Any, acl_serve
         # bob's note is untouched.
         note = await admin.call("get_contents", {"agent_id": "bob", "refs": [f"mem:{bob_mem}"]})
         assert note["items"][0]["content"].startswith("bob's private note")
-        body = await admin.call("delete_memory", {"memory_id": 10**12})
+        body = await admin.call("delete_memory", {"memory_id": missing})
         assert body["ok"] is False and body["error"] != "permission_denied"
     finally:
         await face.close()
@@ -272,6 +272,33 @@ async def test_sweeps_need_every_agent(as_client: Any, acl_server: ServerThread)
             assert ("error" not in body) == (client != "star-r-no-alice"), body
         finally:
             await face.close()
+
+
+async def test_health_of_one_agent_shows_that_agents_figures_only(as_client: Any, acl_server: ServerThread) -> None:
+    """check_health with an agent_id: a client that may not read every agent gets the verdict
+    and that agent's counts, none of the store's offsets, lag or checkpoint figures; a client
+    that may sweep gets them all, as without an ACL."""
+    await seed(acl_server, "alice", unique("health seed"))
+    await seed(acl_server, "bob", unique("health seed"))
+    store_wide = "a store-wide check: its figures go only to clients that may read every agent"
+    for client, whole in (("rw-alice", False), ("r-alice", False), ("admin", True), ("rw-all-not-admin", True)):
+        face = as_client(client)
+        try:
+            body = await face.call("check_health", {"agent_id": "alice"})
+            assert body["status"] in ("healthy", "degraded"), body
+            if whole:
+                assert {"memories", "log_end_offset", "audit_end_offset", "projection_offset"} <= set(body["stats"])
+            else:
+                assert set(body["stats"]) == {"memories", "episodes", "profiles"}, body
+                assert body["stats"]["memories"] >= 1
+                assert all(i.get("agent_id") == "alice" or i["detail"] == store_wide for i in body["issues"]), body
+        finally:
+            await face.close()
+    face = as_client("star-r-no-alice")
+    try:
+        assert_denied(await face.call("check_health", {"agent_id": "alice"}), "check_health", "star-r-no-alice")
+    finally:
+        await face.close()
 
 
 async def test_admin_tools_need_the_admin_grant(as_client: Any, acl_server: ServerThread) -> None:

@@ -214,6 +214,8 @@ class Router:
             return refused
         if name == "check_health":  # the deployment's health is the router's to tell, not one worker's
             verdict = await self.health()
+            if self.gate is not None:  # with an agent_id, only what the caller may see (gate.py)
+                verdict = self.gate.health(caller, args, verdict)
             return (503 if verdict["status"] == "unhealthy" else 200), orjson.dumps(verdict)
         if name in TRANSFER_TOOLS:  # they span partitions and write the router's files
             client, session = headers.get("x-client-id") or "anonymous", headers.get("x-session-id") or ""

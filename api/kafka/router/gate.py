@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from memstream.api.services.acl import AclConfig
 from memstream.api.tools.dispatch import enforce_grants
+from memstream.api.tools.reads import health_seen_by
 from memstream.api.tools.registry import Caller, Tool, ToolArgs
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.events import AuditRecord
@@ -40,6 +41,13 @@ class RouterGate:
     async def check(self, caller: Caller, tool: Tool, args: ToolArgs, raw: Any) -> dict[str, Any] | None:
         """None when the caller's grants cover the validated call; else the denial (audited)."""
         return await enforce_grants(self, self.acl, caller, tool, args, raw)
+
+    def health(self, caller: Caller | None, args: Any, verdict: dict[str, Any]) -> dict[str, Any]:
+        """The router's ``check_health`` verdict as the caller may see it: with an ``agent_id``,
+        no deployment-wide figures for a client that may not read every agent (as embedded)."""
+        agent = args.get("agent_id") if isinstance(args, dict) else None
+        who = caller or Caller(client_id="anonymous")
+        return health_seen_by(self.acl, who, agent if isinstance(agent, str) else None, verdict)
 
     # -- the engine surface api/services/acl.py and dispatch use ----------------------------------------
 
