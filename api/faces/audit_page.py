@@ -8,27 +8,35 @@ Plain server-rendered HTML: no script, no build step, no external resource (the
 Content-Security-Policy forbids all three). Every value from the log goes through
 ``html.escape``, since memories hold whatever agents wrote. The data comes from the ``history``
 and ``audit_log`` tools through ``dispatch``, so the page sees exactly what the caller may see
-through the API (the same caller, the same checks).
+through the API (the same caller, the same checks). In ACL mode the caller is the bearer
+token's client, or the one a browser logged in as (``/audit/login``, api/faces/sessions.py).
 """
 
 from __future__ import annotations
 
 import html
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import orjson
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from memstream.api.faces.auth import LOGIN_PATH, SESSION_KEY, scope_caller
+from memstream.api.faces.sessions import COOKIE_PATH, LOGIN_COOKIE, LOGIN_NONCE_S, SESSION_COOKIE, AuditSessions
+from memstream.api.services.acl import READ, WILDCARD, AclConfig, Demand
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
+
+LOGOUT_PATH = "/audit/logout"
+MAX_FORM_BYTES = 16_384
 
 PAGE_LIMIT = 500
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: with no-referrer a browser posts the forms with Origin: null
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
@@ -55,15 +63,32 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _caller(request: Request) -> Caller:
+def _caller(request: Request, acl: AclConfig | None) -> Caller:
+    """The authenticated client in ACL mode (never a header's claim); else ``X-Client-Id``."""
+    session = (request.headers.get("x-session-id") or "")[:256]
+    authenticated = scope_caller(request.scope, session)
+    if authenticated is not None:
+        return authenticated
+    if acl is not None:  # no principal in ACL mode: a wiring bug; dispatch denies it
+        return Caller(client_id="anonymous", session_id=session)
     client = request.headers.get("x-client-id") or "anonymous"
-    return Caller(client_id=client[:256], session_id=(request.headers.get("x-session-id") or "")[:256])
+    return Caller(client_id=client[:256], session_id=session)
 
 
-def _page(title: str, subtitle: str, body: str, status: int = 200, agent: str = "") -> HTMLResponse:
+def _page(
+    title: str, subtitle: str, body: str, status: int = 200, agent: str = "", request: Request | None = None
+) -> HTMLResponse:
+    session = request.scope.get(SESSION_KEY) if request is not None else None
+    signed_in = ""
+    if session is not None:
+        signed_in = (
+            f"<form method='post' action='{LOGOUT_PATH}'><span class='sub'>Signed in as "
+            f"{_e(session.client_id)}</span> <input type='hidden' name='csrf' value='{_e(session.csrf)}'>"
+            "<button type='submit'>Log out</button></form>"
+        )
     doc = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>"
+        f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>{signed_in}"
         f"<h1>{_e(title)}</h1><p class='sub'>{subtitle}</p>{_form(agent)}{body}</body></html>"
     )
     return HTMLResponse(doc, status_code=status, headers=HEADERS)
@@ -143,27 +168,44 @@ def _limit(raw: str | None) -> int:
         return PAGE_LIMIT
 
 
-def add_audit_routes(app: FastAPI) -> None:
+def _may_sweep(acl: AclConfig | None, caller: Caller) -> bool:
+    """Whether the landing page's list of every refusal is the caller's to see (asked before
+    the call, so that a person opening the page is not audited as refused)."""
+    if acl is None:
+        return True
+    client = acl.client(caller.client_id) if caller.authenticated else None
+    return client is not None and client.permits(Demand(WILDCARD, READ))
+
+
+def add_audit_routes(app: FastAPI, acl: AclConfig | None = None, sessions: AuditSessions | None = None) -> None:
+    """The audit page's routes; with ``acl`` and ``sessions``, its login and logout too."""
+    if acl is not None and sessions is not None:
+        _add_login_routes(app, acl, sessions)
+
     @app.get("/audit", include_in_schema=False)
     async def audit_page(request: Request) -> HTMLResponse:
         engine = request.app.state.engine
-        caller = _caller(request)
+        caller = _caller(request, acl)
         params = request.query_params
         agent = params.get("agent") or ""
         limit = _limit(params.get("limit"))
+        if not agent and not _may_sweep(acl, caller):
+            return _page("memstream audit", "Pick an agent above.", "", request=request)
         if not agent:
             body = await dispatch(engine, caller, "audit_log", {"kind": "refused", "limit": limit})
             if (err := _failed(body)) is not None:
-                return _page("memstream audit", "", f"<p class='err'>{_e(err)}</p>", 403)
+                return _page("memstream audit", "", f"<p class='err'>{_e(err)}</p>", 403, request=request)
             items = [_audit_item(r) for r in body.get("records", [])]
-            return _page("memstream audit", "Refused commands, oldest first. Pick an agent above.", _timeline(items))
+            subtitle = "Refused commands, oldest first. Pick an agent above."
+            return _page("memstream audit", subtitle, _timeline(items), request=request)
         try:
             since = max(0, int(params.get("since") or 0))
         except ValueError:
             since = 0
         history = await dispatch(engine, caller, "history", {"agent_id": agent, "since_offset": since, "limit": limit})
         if (err := _failed(history)) is not None:
-            return _page(f"Agent {agent}", "", f"<p class='err'>{_e(err)}</p>", 400)
+            status = 403 if err == "permission_denied" else 400
+            return _page(f"Agent {agent}", "", f"<p class='err'>{_e(err)}</p>", status, agent, request)
         refusals = await dispatch(engine, caller, "audit_log", {"agent_id": agent, "kind": "all", "limit": limit})
         events = history.get("events", [])
         items = [_event_item(e) for e in events]
@@ -176,15 +218,15 @@ def add_audit_routes(app: FastAPI) -> None:
             f"{len(events)} events (from offset {since}) and {len(items) - len(events)} refused or skipped "
             "commands, oldest first."
         )
-        return _page(f"Agent {agent}", _e(subtitle), _timeline(items) + more, agent=agent)
+        return _page(f"Agent {agent}", _e(subtitle), _timeline(items) + more, agent=agent, request=request)
 
     @app.get("/audit/memory/{ref}", include_in_schema=False)
     async def memory_page(request: Request, ref: str) -> HTMLResponse:
         engine = request.app.state.engine
-        caller = _caller(request)
+        caller = _caller(request, acl)
         history = await dispatch(engine, caller, "history", {"ref": ref, "limit": PAGE_LIMIT})
         if (err := _failed(history)) is not None:
-            return _page(f"Memory {ref}", "", f"<p class='err'>{_e(err)}</p>", 404)
+            return _page(f"Memory {ref}", "", f"<p class='err'>{_e(err)}</p>", 404, request=request)
         events = history.get("events", [])
         items = [_event_item(e) for e in events]
         agent = events[0]["scope"]["agent_id"] if events else None
@@ -198,4 +240,80 @@ def add_audit_routes(app: FastAPI) -> None:
                     items.append(_audit_item(rec))
         link = f"<a href='/audit?{_e(urlencode({'agent': agent}))}'>{_e(agent)}</a>" if agent else "?"
         subtitle = f"Owned by agent {link}: {len(events)} events and {len(items) - len(events)} refusals, oldest first."
-        return _page(f"Memory {history.get('ref', ref)}", subtitle, _timeline(items))
+        return _page(f"Memory {history.get('ref', ref)}", subtitle, _timeline(items), request=request)
+
+
+def _add_login_routes(app: FastAPI, acl: AclConfig, sessions: AuditSessions) -> None:
+    """``/audit/login`` exchanges a bearer token for a session cookie; ``/audit/logout`` ends it.
+    Both forms carry a CSRF token; the cookies are HttpOnly and SameSite=Strict."""
+
+    def login_form(request: Request, message: str = "", status: int = 200) -> HTMLResponse:
+        nonce, token = sessions.login_nonce()
+        form = (
+            f"<form method='post' action='{LOGIN_PATH}'>"
+            f"<input type='hidden' name='csrf' value='{_e(token)}'>"
+            "<label>Token <input type='password' name='token' autocomplete='off' size='40' autofocus></label> "
+            "<button type='submit'>Log in</button></form>"
+        )
+        error = f"<p class='err'>{_e(message)}</p>" if message else ""
+        doc = (
+            "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>memstream audit: log in</title><style>{STYLE}</style></head><body>"
+            "<h1>memstream audit: log in</h1><p class='sub'>Sign in with your client's bearer token "
+            f"(the ACL file's). The page shows what that client may read.</p>{error}{form}</body></html>"
+        )
+        response = HTMLResponse(doc, status_code=status, headers=HEADERS)
+        _set_cookie(request, response, LOGIN_COOKIE, nonce, LOGIN_NONCE_S)
+        return response
+
+    @app.get(LOGIN_PATH, include_in_schema=False)
+    async def login_page(request: Request) -> HTMLResponse:
+        return login_form(request)
+
+    @app.post(LOGIN_PATH, include_in_schema=False)
+    async def login(request: Request) -> Response:
+        fields = await _form_fields(request)
+        if fields is None:
+            return login_form(request, "The form was too large.", 413)
+        if not sessions.login_token_ok(request.cookies.get(LOGIN_COOKIE), fields.get("csrf")):
+            return login_form(request, "The form expired or did not come from this page; try again.", 403)
+        client_id = acl.authenticate(fields.get("token", "").strip())
+        if client_id is None:
+            return login_form(request, "Unknown token.", 401)
+        _, cookie = sessions.open(client_id)
+        response = RedirectResponse("/audit", status_code=303, headers={"Cache-Control": "no-store"})
+        _set_cookie(request, response, SESSION_COOKIE, cookie, int(sessions.lifetime_s))
+        response.delete_cookie(LOGIN_COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")
+        return response
+
+    @app.post(LOGOUT_PATH, include_in_schema=False)
+    async def logout(request: Request) -> Response:
+        session = request.scope.get(SESSION_KEY)
+        if session is not None:
+            fields = await _form_fields(request)
+            if fields is None or not sessions.csrf_ok(session, fields.get("csrf")):
+                body = "<p class='err'>The form did not come from this page; you are still signed in.</p>"
+                return _page("memstream audit", "", body, 403, request=request)
+            sessions.close(session)
+        response = RedirectResponse(LOGIN_PATH, status_code=303, headers={"Cache-Control": "no-store"})
+        response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")
+        return response
+
+
+def _set_cookie(request: Request, response: Response, name: str, value: str, max_age: int) -> None:
+    secure = request.url.scheme == "https"
+    response.set_cookie(name, value, max_age=max_age, path=COOKIE_PATH, secure=secure, httponly=True, samesite="strict")
+
+
+async def _form_fields(request: Request) -> dict[str, str] | None:
+    """An urlencoded form's fields (first value of each), or None past MAX_FORM_BYTES."""
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_FORM_BYTES:
+            return None
+    pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
+    fields: dict[str, str] = {}
+    for key, value in pairs:
+        fields.setdefault(key, value)
+    return fields

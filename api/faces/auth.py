@@ -3,9 +3,11 @@ public documentation ones, resolved against the ACL file (api/services/acl.py).
 
 The middleware is installed only when an ACL file is configured, so without one nothing here
 runs. A missing, malformed or unknown token is a 401 before any route (``/v1/tools/*``,
-``/mcp``, ``/context/*``, ``/health``) sees the request; a known one is put in the ASGI scope,
-where the faces' caller factories read it (and nothing else: ``X-Client-Id`` is ignored in ACL
-mode, so a caller cannot name itself). Tokens are never logged.
+``/mcp``, ``/context/*``, ``/health``, ``/metrics``, ``/audit``) sees the request; a known one
+is put in the ASGI scope, where the faces' caller factories read it (and nothing else:
+``X-Client-Id`` is ignored in ACL mode, so a caller cannot name itself). The audit page's
+routes also take the session cookie its login gives a browser (api/faces/sessions.py), and
+only those routes. Tokens are never logged.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ import logging
 from typing import Any
 
 import orjson
+from starlette.requests import cookie_parser
+from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from memstream.api.services.acl import LOCAL_CLIENT_ID, AclConfig
+from memstream.api.faces.sessions import SESSION_COOKIE, AuditSessions
+from memstream.api.services.acl import ADMIN, LOCAL_CLIENT_ID, AclConfig, Demand, denial
 from memstream.api.tools.registry import Caller
 
 log = logging.getLogger(__name__)
@@ -26,6 +31,15 @@ PRINCIPAL_KEY = "memstream.client_id"
 # Served without a token: the API's own description (no memory, no state).
 PUBLIC_PATHS = frozenset({"/", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+# The audit page's routes, where a session cookie stands for a token; its login form is public.
+AUDIT_PATH = "/audit"
+LOGIN_PATH = "/audit/login"
+# Where the middleware leaves the audit session a cookie named (its logout form's CSRF token).
+SESSION_KEY = "memstream.audit_session"
+
+
+def is_audit_path(path: str) -> bool:
+    return path == AUDIT_PATH or path.startswith(AUDIT_PATH + "/")
 
 
 def is_loopback(host: str) -> bool:
@@ -55,43 +69,82 @@ def scope_caller(scope: Any, session_id: str = "") -> Caller | None:
     return Caller(client_id=client, session_id=session_id, authenticated=True)
 
 
+def not_admin(acl: AclConfig, scope: Any, what: str) -> dict[str, Any] | None:
+    """The denial of ``what`` (an admin-only route) to the scope's client; None for an admin."""
+    client_id = scope.get(PRINCIPAL_KEY) if isinstance(scope, dict) else None
+    client = acl.client(client_id) if isinstance(client_id, str) else None
+    if client is not None and client.admin:
+        return None
+    return denial(
+        what, str(client_id or "anonymous"), Demand("", ADMIN), f"{what} needs the admin grant (docs/security.md)"
+    )
+
+
 def stdio_caller(session_id: str) -> Caller:
     """MCP over stdio in ACL mode: the reserved ``local`` principal (CPersona's rule)."""
     return Caller(client_id=LOCAL_CLIENT_ID, session_id=session_id, authenticated=True)
 
 
 class BearerAuth:
-    """ASGI middleware: 401 unless the bearer token names a client of the ACL file."""
+    """ASGI middleware: 401 unless the bearer token names a client of the ACL file. With
+    ``sessions``, a request to the audit page without a token may present a login's cookie
+    instead (a browser without one is sent to the login form)."""
 
-    def __init__(self, app: ASGIApp, acl: AclConfig) -> None:
+    def __init__(self, app: ASGIApp, acl: AclConfig, sessions: AuditSessions | None = None) -> None:
         self.app = app
         self.acl = acl
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
-        header = None
+        header = cookies = None
         for key, value in scope.get("headers") or ():
-            if key.lower() == b"authorization":
+            if key.lower() == b"authorization" and header is None:
                 header = value.decode("latin-1")
-                break
+            elif key.lower() == b"cookie" and cookies is None:
+                cookies = value.decode("latin-1")
+        path = str(scope.get("path") or "")
+        if header is None and self.sessions is not None and is_audit_path(path):
+            await self._audit_session(scope, receive, send, cookies)
+            return
         client = self.acl.authenticate(bearer_token(header))
         if client is None:
             log.info("401 on %s: %s bearer token", scope.get("path"), "unknown" if header else "no")
-            body = orjson.dumps({"ok": False, "error": "unauthorized"})
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b"Bearer"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await _unauthorized(send)
             return
         scope[PRINCIPAL_KEY] = client
         await self.app(scope, receive, send)
+
+    async def _audit_session(self, scope: Scope, receive: Receive, send: Send, cookies: str | None) -> None:
+        """The audit page without a bearer token: its login form, or the session a cookie names."""
+        assert self.sessions is not None
+        if scope.get("path") == LOGIN_PATH:  # it checks the token it is given itself
+            await self.app(scope, receive, send)
+            return
+        session = self.sessions.resolve(cookie_parser(cookies).get(SESSION_COOKIE) if cookies else None)
+        if session is not None:
+            scope[PRINCIPAL_KEY] = session.client_id
+            scope[SESSION_KEY] = session
+            await self.app(scope, receive, send)
+        elif scope.get("method") in ("GET", "HEAD"):
+            await RedirectResponse(LOGIN_PATH, status_code=303)(scope, receive, send)
+        else:
+            await _unauthorized(send)
+
+
+async def _unauthorized(send: Send) -> None:
+    body = orjson.dumps({"ok": False, "error": "unauthorized"})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b"Bearer"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -23,9 +23,10 @@ from starlette.routing import Route
 
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.faces.audit_page import add_audit_routes
-from memstream.api.faces.auth import BearerAuth, scope_caller
+from memstream.api.faces.auth import BearerAuth, not_admin, scope_caller
 from memstream.api.faces.mcp import streamable_http_app
 from memstream.api.faces.origin import OriginGuard, origin_policy
+from memstream.api.faces.sessions import AuditSessions
 from memstream.api.services.acl import load_configured
 from memstream.api.services.embedding import Embedder
 from memstream.api.services.engine import EmbeddedEngine
@@ -202,18 +203,22 @@ def create_app(
 
     @app.get("/metrics", tags=["reads"], summary="Prometheus metrics (text exposition format)")
     async def metrics(request: Request) -> Response:
+        if acl is not None and (denied := not_admin(acl, request.scope, "metrics")) is not None:
+            return json_response(denied, 403)  # ACL mode: the whole store's figures are an admin's
         return Response(request.app.state.engine.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:
         return HTMLResponse("<p>memstream: see <a href='/docs'>/docs</a>; MCP at /mcp</p>")
 
-    add_audit_routes(app)  # GET /audit, /audit/memory/{ref}: the timeline page for people
+    # GET /audit, /audit/memory/{ref}: the timeline page for people (and its login in ACL mode)
+    sessions = AuditSessions(settings.audit_session_s) if acl is not None else None
+    add_audit_routes(app, acl, sessions)
 
     if mcp_app is not None:
         # A Route (not a Mount) so that POST /mcp itself is served, not redirected to /mcp/.
         app.router.routes.append(Route("/mcp", endpoint=mcp_app, include_in_schema=False))
     if acl is not None:
-        app.add_middleware(BearerAuth, acl=acl)  # nothing is served before the token is checked
+        app.add_middleware(BearerAuth, acl=acl, sessions=sessions)  # nothing is served before the token is checked
     app.add_middleware(OriginGuard, policy=policy)  # outermost: a web page's request is refused first
     return app

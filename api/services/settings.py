@@ -51,6 +51,8 @@ class Settings(BaseModel):
     # answers besides the loopback ones, and origins allowed besides those hosts' own pages.
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
+    # ACL mode: how long an audit page login (a session cookie) lasts.
+    audit_session_s: float = Field(default=3_600.0, gt=0, le=7 * 86_400)
 
     # -- recall (CPersona's knobs, MEMSTREAM_ prefix) --------------------------------------
     recall_mode: Literal["rrf", "rsf", "cascade"] = "rrf"
@@ -181,6 +183,7 @@ _ENV = {
     "worker_token": "MEMSTREAM_WORKER_TOKEN",
     "allowed_hosts": "MEMSTREAM_ALLOWED_HOSTS",
     "allowed_origins": "MEMSTREAM_ALLOWED_ORIGINS",
+    "audit_session_s": "MEMSTREAM_AUDIT_SESSION_SECONDS",
     "recall_mode": "MEMSTREAM_RECALL_MODE",
     "recall_retrievers": "MEMSTREAM_RECALL_RETRIEVERS",
     "max_memories": "MEMSTREAM_MAX_MEMORIES",

@@ -1,12 +1,14 @@
-"""The rules behind browser-origin protection (issue 17, item 1), without a server: which Host
-names and origins are allowed, which bodies count as JSON, how MEMSTREAM_ALLOWED_HOSTS /
-_ORIGINS are read. The servers applying them: tests/system/test_origin.py."""
+"""The rules behind browser-origin protection and the audit page's login (issue 17, items 1 and
+2), without a server: which Host names and origins are allowed, which bodies count as JSON,
+how MEMSTREAM_ALLOWED_HOSTS / _ORIGINS are read, and how audit sessions sign, expire and end.
+The servers applying them: tests/system/test_origin.py, tests/system/test_audit_page.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from memstream.api.faces.origin import OriginPolicy, host_of, is_json
+from memstream.api.faces.sessions import LOGIN_NONCE_S, AuditSessions
 from memstream.api.services.settings import SettingsError, load_settings
 
 
@@ -84,3 +86,47 @@ def test_allowed_hosts_and_origins_settings() -> None:
     ):
         with pytest.raises(SettingsError, match=var):
             load_settings(env={var: value})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sessions_are_signed_expire_and_end_on_logout() -> None:
+    clock = Clock()
+    sessions = AuditSessions(60, clock=clock)
+    session, cookie = sessions.open("rw-alice")
+    assert sessions.resolve(cookie) == session and session.client_id == "rw-alice"
+    sid, _, mac = cookie.partition(".")
+    altered = mac[:-1] + ("B" if mac.endswith("A") else "A")
+    for forged in ("", sid, f"{sid}.", f"{sid}.{altered}", f"x{sid}.{mac}", cookie + "x"):
+        assert sessions.resolve(forged) is None, forged
+    assert AuditSessions(60, clock=clock).resolve(cookie) is None  # another process's key
+    clock.now += 59
+    assert sessions.resolve(cookie) == session
+    clock.now += 1
+    assert sessions.resolve(cookie) is None  # expired, and forgotten
+    clock.now += 1_000
+    assert sessions.resolve(cookie) is None
+    other, other_cookie = sessions.open("admin")
+    sessions.close(other)
+    assert sessions.resolve(other_cookie) is None  # logged out: the cookie opens nothing
+    assert sessions.csrf_ok(session, session.csrf) and not sessions.csrf_ok(session, None)
+    assert not sessions.csrf_ok(session, other.csrf)
+
+
+def test_login_form_token_is_bound_to_its_cookie_and_ages() -> None:
+    clock = Clock()
+    sessions = AuditSessions(60, clock=clock)
+    nonce, token = sessions.login_nonce()
+    assert sessions.login_token_ok(nonce, token)
+    other_nonce, other_token = sessions.login_nonce()
+    assert not sessions.login_token_ok(nonce, other_token) and not sessions.login_token_ok(other_nonce, token)
+    for cookie, field in ((None, token), (nonce, None), ("", ""), ("x.y", token), (nonce, token + "x")):
+        assert not sessions.login_token_ok(cookie, field), (cookie, field)
+    clock.now += LOGIN_NONCE_S + 1
+    assert not sessions.login_token_ok(nonce, token)
