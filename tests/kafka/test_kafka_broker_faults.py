@@ -24,6 +24,7 @@ from tests.support.broker_faults import (
     CALL_DEADLINE_S,
     LocalBroker,
     Storm,
+    fill,
     live_digests,
     log_problems,
     rebuilt_digests,
@@ -36,6 +37,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 PARTITIONS = 4
 AGENTS = ["ada", "bob", "cy", "dee", "eve", "fay"]
+FILL = 16_000  # memories stored before the catch-up test's fault, over the agents' partitions
 RECOVERED = 5  # acknowledged stores each storm client needs after the fault to count as recovered
 
 
@@ -185,16 +187,7 @@ async def test_broker_frozen_for_30_s(broker: LocalBroker, faulty: Deployment) -
 async def test_broker_restart_while_a_worker_catches_up(broker: LocalBroker, faulty: Deployment) -> None:
     await start(faulty)
     # long partitions first: a worker gaining one folds it from offset 0 (no checkpoint yet)
-    filler = Storm(faulty.url, AGENTS, clients=6)
-    running = asyncio.create_task(filler.run())
-    try:
-        async with asyncio.timeout(60):
-            while len(filler.acked) < 1500:
-                await asyncio.sleep(0.2)
-    finally:
-        filler.stop.set()
-        await running
-    await filler.settle()
+    filled = await fill(faulty.cfg, AGENTS, FILL)
     owners = Owners(faulty.cfg)
     await owners.start()
     try:
@@ -202,31 +195,33 @@ async def test_broker_restart_while_a_worker_catches_up(broker: LocalBroker, fau
             while len(set(owners.urls.values())) < 2:  # both workers' announcements read
                 await owners.wait_change(0.2)
         known = set(owners.urls.values())
+        killed = faulty.workers[0]
 
         async def restart_worker_then_broker() -> None:
-            faulty.workers[0].kill()  # SIGKILL: its partitions move to the survivor and the newcomer
-            faulty.workers[0].wait(timeout=30)
-            faulty.worker()
-            async with asyncio.timeout(60):
-                while not set(owners.urls.values()) - known:
-                    await owners.wait_change(0.2)
-            newcomer = next(iter(set(owners.urls.values()) - known))
             kafka = KafkaLog(faulty.cfg)
             await kafka.start()
             try:
                 ends = await kafka.end_offsets()
             finally:
                 await kafka.close()
+            killed.kill()  # SIGKILL: its partitions move to the survivor and the newcomer
+            killed.wait(timeout=30)
+            faulty.worker()
+            async with asyncio.timeout(60):
+                while not set(owners.urls.values()) - known:
+                    await owners.wait_change(0.05)
+            # the newcomer announced its partitions: it folds them from offset 0 now
+            await asyncio.to_thread(broker.kill)
+            newcomer = next(iter(set(owners.urls.values()) - known))
             async with httpx.AsyncClient(timeout=5) as client:
                 folded = (await client.get(f"{newcomer}/health")).json()["partitions"]
-            await asyncio.to_thread(broker.restart)
-            behind = {p: f"{int(off) + 1}/{ends[int(p)]}" for p, off in folded.items()}
-            print(f"\nthe newcomer's partitions when the broker went down (events folded/in the log): {behind}")
+            behind = {p: f"{int(off) + 1}/{ends[int(p)]}+" for p, off in folded.items()}
+            print(f"\nthe newcomer's partitions when the broker died (events folded / in the log): {behind}")
+            await asyncio.sleep(3)
+            await asyncio.to_thread(broker.start)
 
-        killed = faulty.workers[0]
-        storm = await through_fault(faulty, restart_worker_then_broker, Storm(faulty.url, AGENTS))
+        storm = await through_fault(faulty, restart_worker_then_broker)
     finally:
         await owners.close()
-    storm.attempts += filler.attempts
-    storm.acked.update(filler.acked)
+    storm.acked.update({cid: {"result": "stored", "id": mid} for cid, mid in filled.items()})
     await check_after(faulty, storm, killed=(killed,))

@@ -97,10 +97,16 @@ class Attempt:
     status: int | None  # None: no HTTP answer (the client gave up, or the connection failed)
     body: dict[str, Any] | None
     error: str = ""
+    read: bool = False  # a read (``list_memories``), not a store
 
     @property
     def stored(self) -> bool:
         return self.status == 200 and self.body is not None and self.body.get("result") == "stored"
+
+    @property
+    def answered(self) -> bool:
+        """A read's answer: the agent's memories."""
+        return self.status == 200 and self.body is not None and isinstance(self.body.get("memories"), list)
 
 
 class Caller(Protocol):
@@ -154,12 +160,14 @@ def mcp_caller(base_url: str) -> Caller:
 @dataclass
 class Storm:
     """Clients storing as fast as they are answered, through one router: two over HTTP with
-    the command id in the body, two with ``Idempotency-Key``, one over MCP. A client retries a
-    failed command under the same command id until it is acknowledged, as W9 tells clients to."""
+    the command id in the body, two with ``Idempotency-Key``, one over MCP; and ``readers``
+    listing an agent's memories over HTTP. A client retries a failed command under the same
+    command id until it is acknowledged, as W9 tells clients to."""
 
     url: str
     agents: list[str]
     clients: int = 5
+    readers: int = 1
     attempts: list[Attempt] = field(default_factory=list)
     acked: dict[str, dict[str, Any]] = field(default_factory=dict)  # command id -> first ack body
     issued: dict[str, tuple[str, str]] = field(default_factory=dict)  # command id -> (agent, content)
@@ -172,7 +180,25 @@ class Storm:
                 http_caller(http, header=True),
                 mcp_caller(self.url),
             ]
-            await asyncio.gather(*(self._client(i, callers[i % len(callers)]) for i in range(self.clients)))
+            writers = [self._client(i, callers[i % len(callers)]) for i in range(self.clients)]
+            await asyncio.gather(*writers, *(self._reader(i, http) for i in range(self.readers)))
+
+    async def _reader(self, n: int, http: httpx.AsyncClient) -> None:
+        i = 0
+        while not self.stop.is_set():
+            agent = self.agents[(n + i) % len(self.agents)]
+            started = time.monotonic()
+            status: int | None = None
+            body: dict[str, Any] | None = None
+            error = ""
+            try:
+                r = await http.post("/v1/tools/list_memories", json={"agent_id": agent, "limit": 5})
+                status, body = r.status_code, r.json()
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            self.attempts.append(Attempt(f"r{n}", "", started, time.monotonic() - started, status, body, error, True))
+            i += 1
+            await asyncio.sleep(0.05)
 
     async def _client(self, n: int, call: Caller) -> None:
         i = 0
@@ -226,6 +252,9 @@ class Storm:
                 error = str((a.body or {}).get("error", ""))
                 if not error.startswith("log_unavailable"):
                     out.append(f"{a.client} {a.command_id}: 503 without log_unavailable: {a.body}")
+            elif a.read:
+                if not a.answered:
+                    out.append(f"{a.client} read: HTTP {a.status}: {a.body}")
             elif a.status != 200 or not a.stored:
                 out.append(f"{a.client} {a.command_id}: HTTP {a.status}: {a.body}")
             elif a.body is not None and a.body.get("id") != self.acked[a.command_id].get("id"):
@@ -234,12 +263,13 @@ class Storm:
         return out
 
     def summary(self) -> str:
-        statuses = Counter(a.status for a in self.attempts)
-        slowest = max((a.seconds for a in self.attempts), default=0.0)
-        return (
-            f"{len(self.attempts)} calls, {len(self.acked)} command ids acknowledged, statuses {dict(statuses)}, "
-            f"slowest {slowest:.1f} s"
-        )
+        out = []
+        for what, read in (("stores", False), ("reads", True)):
+            calls = [a for a in self.attempts if a.read == read]
+            statuses = dict(Counter(a.status for a in calls))
+            slowest = max((a.seconds for a in calls), default=0.0)
+            out.append(f"{len(calls)} {what} (HTTP {statuses}, slowest {slowest:.1f} s)")
+        return f"{', '.join(out)}; {len(self.acked)} command ids acknowledged"
 
 
 async def stored_in_log(cfg: KafkaConfig) -> dict[str, list[int]]:
@@ -313,3 +343,42 @@ def rebuilt_digests(kafka_args: list[str], partitions: list[int]) -> dict[str, A
         raise RuntimeError(f"rebuild exited {done.returncode}: {done.stderr.decode()[-2000:]}")
     parts: dict[str, Any] = orjson.loads(done.stdout)["partitions"]
     return parts
+
+
+async def fill(cfg: KafkaConfig, agents: list[str], count: int, chunk: int = 1000) -> dict[str, int]:
+    """Store ``count`` memories spread over ``agents`` by submitting the commands the store
+    tool would (with the tests' hash embedding) straight to the commands topic, ``chunk`` at a
+    time: long partitions in seconds, decided by the deployment's deciders like any write.
+    Returns command id -> the memory id each was stored as."""
+    from datetime import UTC, datetime
+
+    from memstream.streams.buses.kafka import KafkaCommandBus
+    from memstream.streams.commands import StoreMemory
+    from memstream.streams.events import Actor, Embedding, Scope
+    from tests.support.embedders import HashEmbedder
+
+    embedder = HashEmbedder()
+    bus = KafkaCommandBus(cfg, reply_timeout_s=60)
+    await bus.start()
+    out: dict[str, int] = {}
+    try:
+        for first in range(0, count, chunk):
+            commands = []
+            for i in range(first, min(first + chunk, count)):
+                agent, content = agents[i % len(agents)], f"filler note {i} about {agents[i % len(agents)]}"
+                commands.append(
+                    StoreMemory(
+                        command_id=f"fill-{i}",
+                        scope=Scope(agent_id=agent),
+                        actor=Actor(client_id="filler", agent_id=agent),
+                        received_at=datetime.now(UTC),
+                        content=content,
+                        embedding=Embedding.from_vector(embedder.model_id, embedder.embed([content])[0]),
+                    )
+                )
+            for cmd, committed in zip(commands, await asyncio.gather(*(bus.submit(c) for c in commands)), strict=True):
+                assert committed.outcome.result == "applied" and committed.outcome.id is not None, committed
+                out[cmd.command_id] = committed.outcome.id
+    finally:
+        await bus.close()
+    return out
