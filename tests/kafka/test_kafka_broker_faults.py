@@ -1,10 +1,11 @@
-"""Broker faults in Kafka mode: the broker crashed (SIGKILL) and restarted, frozen (SIGSTOP for
-30 s), and restarted while a worker catches up, each during a write storm through a router in
-front of two workers. Whatever the fault, no acknowledged write is lost or applied twice, every
-call is answered within its deadline (a result, or a clear 503), the same worker and router
-processes serve new writes and reads afterwards, and a rebuild from the log gives the workers'
-live digests. The faults hit a broker of the module's own (tests/support/broker_faults.py), so
-the other Kafka tests never see them. What a client sees: docs/reliability.md, "Broker faults"."""
+"""Broker faults in Kafka mode: the broker crashed (SIGKILL) and restarted, down past the
+router's deadline, frozen (SIGSTOP for 30 s), and restarted while a worker catches up, each
+during a write storm through a router in front of two workers. Whatever the fault, no
+acknowledged write is lost or applied twice, every call is answered within its deadline (a
+result, or a clear 503), the same worker and router processes serve new writes and reads
+afterwards, and a rebuild from the log gives the workers' live digests. The faults hit a
+broker of the module's own (tests/support/broker_faults.py), so the other Kafka tests never
+see them. What a client sees: docs/reliability.md, "Broker faults"."""
 
 from __future__ import annotations
 
@@ -167,6 +168,21 @@ async def test_broker_sigkill_during_a_write_storm_then_restart(broker: LocalBro
         await asyncio.to_thread(broker.start)
 
     storm = await through_fault(faulty, crash_and_restart)
+    await check_after(faulty, storm)
+
+
+async def test_broker_down_past_the_routers_deadline(broker: LocalBroker, faulty: Deployment) -> None:
+    """Longer than the router's forwarding deadline: stores sent meanwhile get a clear 503 at
+    the deadline, and their retries under the same command ids land once."""
+    await start(faulty)
+
+    async def long_crash() -> None:
+        await asyncio.to_thread(broker.kill)
+        await asyncio.sleep(CALL_DEADLINE_S + 5)
+        await asyncio.to_thread(broker.start)
+
+    storm = await through_fault(faulty, long_crash)
+    assert any(a.status == 503 and not a.read for a in storm.attempts), storm.summary()
     await check_after(faulty, storm)
 
 
