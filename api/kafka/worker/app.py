@@ -167,9 +167,9 @@ class Worker:
         """Fresh read models for a partition just gained, loaded from its checkpoint when one
         provably belongs to this topic (see api/kafka/worker/checkpoints.py); the tail folds the rest."""
         if self.checkpoint_every <= 0:
-            return PartitionModels(partition, end)
+            return PartitionModels(partition, end, None, self.settings.read_model_options)
         store = SnapshotStore(checkpoint_dir(self.settings.data_dir, self.cfg, partition))
-        models = PartitionModels(partition, end, store)
+        models = PartitionModels(partition, end, store, self.settings.read_model_options)
         meta = await asyncio.to_thread(checkpoints.marker, store)
         if meta is None:
             return models
@@ -179,7 +179,7 @@ class Worker:
                         offset)  # fmt: skip
             return models
         if not await asyncio.to_thread(checkpoints.restore, store, models.projections, offset):
-            return PartitionModels(partition, end, store)
+            return PartitionModels(partition, end, store, self.settings.read_model_options)
         models.offset = models.restored_from = models.checkpoint_offset = offset
         log.info("partition %d: read models restored at offset %d (end %d)", partition, offset, end)
         freeze_long_lived()  # as the embedded engine after its start-up (projections/runner.py)

@@ -70,7 +70,12 @@ class PartitionEngine(NamedModels):
         if as_of is None:
             return self
         partition = self.models.partition
-        return await self.worker.point_in_time.view(partition, as_of, lambda: PartitionModels(partition, 0))
+        options = self.settings.read_model_options
+
+        def fresh() -> PartitionModels:
+            return PartitionModels(partition, 0, None, options)
+
+        return await self.worker.point_in_time.view(partition, as_of, fresh)
 
     async def submit(self, command: Command) -> Committed:
         committed = await self.worker.submit(command)

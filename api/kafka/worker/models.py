@@ -7,7 +7,7 @@ import contextlib
 import time
 
 from memstream.api.services.jobs import ReembedJob
-from memstream.projections.catalog import read_models
+from memstream.projections.catalog import DEFAULTS, ReadModelOptions, read_models
 from memstream.streams.events import decode
 from memstream.streams.snapshots import SnapshotStore
 
@@ -17,10 +17,16 @@ CATCH_UP_DEADLINE_S = 30.0
 class PartitionModels:
     """The read models of one partition and how far they have folded."""
 
-    def __init__(self, partition: int, end_at_start: int, store: SnapshotStore | None = None) -> None:
+    def __init__(
+        self,
+        partition: int,
+        end_at_start: int,
+        store: SnapshotStore | None = None,
+        options: ReadModelOptions = DEFAULTS,
+    ) -> None:
         self.partition = partition
         self.store = store  # where this partition's checkpoints go (api/kafka/worker/checkpoints.py)
-        self.projections = read_models(store)
+        self.projections = read_models(store, options)
         self.offset = -1  # last event applied
         self.target = end_at_start - 1  # reads wait for at least this (the end when assigned)
         self.lock = asyncio.Lock()

@@ -17,6 +17,7 @@ from aiokafka import TopicPartition
 
 from memstream.api.kafka.worker.models import PartitionModels
 from memstream.api.kafka.worker.partition_log import Progress, fold_consumer, fold_partitions
+from memstream.projections.catalog import ReadModelOptions
 from memstream.projections.runner import digest_of
 from memstream.streams.log.kafka import KafkaConfig, events_end_offsets
 
@@ -52,7 +53,8 @@ async def _rebuild(
         tps = [TopicPartition(cfg.events_topic, p) for p in parts]
         ends = {tp.partition: int(end) for tp, end in (await consumer.end_offsets(tps)).items()}
         bounds = {p: ends[p] if stop is None else min(stop, ends[p]) for p in parts}
-        models = {p: PartitionModels(p, 0) for p in parts}
+        # Digests leave vector graphs out (derived data), so a replay builds none.
+        models = {p: PartitionModels(p, 0, None, ReadModelOptions(vector_graphs=False)) for p in parts}
         if ready is not None:
             ready()
         started = time.perf_counter()
