@@ -26,12 +26,12 @@ from tests.support.broker_faults import (
     LocalBroker,
     Storm,
     fill,
-    live_digests,
     log_problems,
     rebuilt_digests,
     stored_in_log,
 )
 from tests.support.deployment import Deployment
+from tests.support.digests import live_digests
 from tests.support.faces import HttpFace, McpFace
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

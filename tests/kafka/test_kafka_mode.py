@@ -12,13 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 
 from memstream.api.services.settings import Settings
-from memstream.streams.log.kafka import KafkaConfig
 from tests.support.deployment import Deployment
+from tests.support.digests import live_digests
 from tests.support.faces import HttpFace, McpFace
 from tests.support.fleet import AGENTS, TOPICS, reads, stable
 from tests.support.servers import ServerThread
@@ -104,32 +103,6 @@ async def test_every_agent_is_answered_after_a_worker_is_killed(deployment: Depl
             assert body["result"] == "stored", body
     finally:
         await face.close()
-
-
-async def live_digests(cfg: KafkaConfig) -> dict[int, dict[str, Any]]:
-    """Every partition's live read-model digests, from the workers that own them, once each
-    worker has folded its partitions to the end of the events topic."""
-    from memstream.api.kafka.router.app import Owners
-    from memstream.streams.log.kafka import KafkaLog
-
-    owners = Owners(cfg)
-    await owners.start()
-    kafka = KafkaLog(cfg)
-    await kafka.start()
-    try:
-        ends = await kafka.end_offsets()
-        async with asyncio.timeout(60), httpx.AsyncClient() as client:
-            while True:
-                out: dict[int, dict[str, Any]] = {}
-                for url in set(owners.urls.values()):
-                    body = (await client.get(f"{url}/digests")).json()
-                    out.update({int(p): v for p, v in body.items()})
-                if len(out) == cfg.partitions and all(out[p]["offset"] == ends[p] - 1 for p in out):
-                    return out
-                await asyncio.sleep(0.2)
-    finally:
-        await kafka.close()
-        await owners.close()
 
 
 async def test_replay_from_offset_zero_equals_the_workers_live_state(deployment: Deployment) -> None:

@@ -303,35 +303,6 @@ def log_problems(storm: Storm, logged: dict[str, list[int]]) -> list[str]:
     return out
 
 
-async def live_digests(cfg: KafkaConfig, timeout_s: float = 90.0) -> dict[int, dict[str, Any]]:
-    """Every partition's live read-model digests from the worker owning it, once each has
-    folded its partitions to the end of the events topic (workers that do not answer yet, as
-    after a fault, are asked again)."""
-    from memstream.api.kafka.router.app import Owners
-
-    owners = Owners(cfg)
-    await owners.start()
-    kafka = KafkaLog(cfg)
-    await kafka.start()
-    try:
-        ends = await kafka.end_offsets()
-        async with asyncio.timeout(timeout_s), httpx.AsyncClient(timeout=10) as client:
-            while True:
-                out: dict[int, dict[str, Any]] = {}
-                for url in set(owners.urls.values()):
-                    try:
-                        body = (await client.get(f"{url}/digests")).json()
-                    except (httpx.HTTPError, ValueError):
-                        continue
-                    out.update({int(p): v for p, v in body.items()})
-                if len(out) == cfg.partitions and all(out[p]["offset"] == ends[p] - 1 for p in out):
-                    return out
-                await asyncio.sleep(0.3)
-    finally:
-        await kafka.close()
-        await owners.close()
-
-
 def rebuilt_digests(kafka_args: list[str], partitions: list[int]) -> dict[str, Any]:
     """``memstream rebuild --kafka`` of ``partitions``: each one's digests, folded from offset 0."""
     import sys
