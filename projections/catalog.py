@@ -25,7 +25,7 @@ P = TypeVar("P", bound=Projection, covariant=True)
 class ReadModelOptions:
     """How the read models are built. ``vector_graphs``: keep an HNSW graph per (agent, model)
     for the vector far list. Only a recall with a reach past the window searches it
-    (MEMSTREAM_VECTOR_REACH > 0), and it is most of a rebuild's time and of the vectors'
+    (MEMSTREAM_VECTOR_REACH above the window), and it is most of a rebuild's time and of the vectors'
     memory (docs/vectors.md). Without graphs a far list is searched exactly."""
 
     vector_graphs: bool = True

@@ -126,8 +126,9 @@ class Settings(BaseModel):
     @property
     def read_model_options(self) -> ReadModelOptions:
         """How this process builds its read models: vector graphs only when a recall can reach
-        past the window (MEMSTREAM_VECTOR_REACH > 0), the one search that uses them."""
-        return ReadModelOptions(vector_graphs=self.vector_reach > 0)
+        past the window (MEMSTREAM_VECTOR_REACH above MEMSTREAM_MAX_MEMORIES: a far list), the
+        one search that uses them."""
+        return ReadModelOptions(vector_graphs=self.vector_reach > self.max_memories)
 
     @property
     def log_path(self) -> Path:

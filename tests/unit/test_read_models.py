@@ -36,6 +36,8 @@ def test_vector_graphs_are_kept_only_when_a_recall_can_reach_past_the_window() -
     that has one, so by default no graph is built, folded, checkpointed or loaded."""
     assert Settings(data_dir=Path("unused")).read_model_options == ReadModelOptions(vector_graphs=False)
     assert Settings(data_dir=Path("unused"), vector_reach=50_000).read_model_options.vector_graphs
+    # A reach inside the window adds no far list (projections/vectors/search.py), so no graphs.
+    assert not Settings(data_dir=Path("unused"), vector_reach=10_000).read_model_options.vector_graphs
     for graphs in (False, True):
         made = read_models(None, ReadModelOptions(vector_graphs=graphs))
         assert made[CATALOG.index(VECTORS)].hnsw is graphs  # type: ignore[attr-defined]
