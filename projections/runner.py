@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -76,6 +76,14 @@ class FoldedModels(Protocol):
         ...
 
 
+def pick(by_name: Mapping[str, Projection], model: Named[P]) -> P:
+    """The projection named ``model.name`` among ``by_name``, checked to be a ``model.kind``."""
+    p = by_name[model.name]
+    if not isinstance(p, model.kind):
+        raise TypeError(f"read model {model.name!r} is a {type(p).__name__}, not a {model.kind.__name__}")
+    return p
+
+
 class ProjectionRunner:
     """Folds the projections its factories make; a projection whose checkpoint cannot be
     loaded is replaced by a fresh one from the same factory."""
@@ -107,10 +115,7 @@ class ProjectionRunner:
 
     def get(self, model: Named[P]) -> P:
         """The projection named ``model.name``, checked to be a ``model.kind``."""
-        p = self._by_name[model.name]
-        if not isinstance(p, model.kind):
-            raise TypeError(f"read model {model.name!r} is a {type(p).__name__}, not a {model.kind.__name__}")
-        return p
+        return pick(self._by_name, model)
 
     @property
     def events_since_checkpoint(self) -> int:

@@ -22,32 +22,15 @@ from memstream.api.services.failures import mark_rejected
 from memstream.api.services.health import EmbeddedHealth
 from memstream.api.services.jobs import ReembedJob
 from memstream.api.services.metrics import Metrics
+from memstream.api.services.named_models import NamedModels
 from memstream.api.services.point_in_time import PointInTime
-from memstream.api.services.ports import Reads, SupersededProvider
+from memstream.api.services.ports import Reads
 from memstream.api.services.settings import Settings
-from memstream.projections.associations import AssociationsProjection
 from memstream.projections.catalog import (
-    ASSOCIATIONS,
-    EPISODES,
-    HISTORY,
-    LEXICAL,
-    MEMORIES,
-    PRECISION,
-    PROFILES,
-    STANDINGS,
-    VECTORS,
-    VERSIONS,
     factories,
     read_models,
 )
-from memstream.projections.history import HistoryProjection
-from memstream.projections.lexical import LexicalProjection
-from memstream.projections.precision import PrecisionProjection
-from memstream.projections.records import EpisodesProjection, MemoriesProjection, ProfilesProjection
 from memstream.projections.runner import ProjectionRunner
-from memstream.projections.standings import StandingsProjection
-from memstream.projections.vectors import VectorProjection
-from memstream.projections.versions import VersionsProjection
 from memstream.streams.buses.embedded import EmbeddedCommandBus
 from memstream.streams.commands import Command
 from memstream.streams.decision.limits import Limits
@@ -63,7 +46,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class EmbeddedEngine:
+class EmbeddedEngine(NamedModels):
     def __init__(
         self,
         settings: Settings,
@@ -93,6 +76,7 @@ class EmbeddedEngine:
             self.snapshots,
             checkpoint_every=settings.snapshot_every,
         )
+        super().__init__(self.runner.projections)  # the read models by name (rebound after restore)
         self.embedders = Embedders(settings, embedder, embedders)
         self.point_in_time = PointInTime(self, lambda: read_models(None, settings.read_model_options))
         self._read_lock = asyncio.Lock()
@@ -104,54 +88,6 @@ class EmbeddedEngine:
         # from MEMSTREAM_ACL_FILE (api/services/acl.py), before they serve anything.
         self.acl: AclConfig | None = None
         self._started = False
-
-    # The read models, by name (projections/catalog.py). Read through the runner, which may
-    # replace one whose checkpoint could not be loaded.
-    @property
-    def memories(self) -> MemoriesProjection:
-        return self.runner.get(MEMORIES)
-
-    @property
-    def episodes(self) -> EpisodesProjection:
-        return self.runner.get(EPISODES)
-
-    @property
-    def profiles(self) -> ProfilesProjection:
-        return self.runner.get(PROFILES)
-
-    @property
-    def history(self) -> HistoryProjection:
-        return self.runner.get(HISTORY)
-
-    @property
-    def precision(self) -> PrecisionProjection:
-        return self.runner.get(PRECISION)
-
-    @property
-    def vectors(self) -> VectorProjection:
-        return self.runner.get(VECTORS)
-
-    @property
-    def lexical(self) -> LexicalProjection:
-        return self.runner.get(LEXICAL)
-
-    @property
-    def standings(self) -> StandingsProjection:
-        return self.runner.get(STANDINGS)
-
-    @property
-    def versions(self) -> VersionsProjection:
-        return self.runner.get(VERSIONS)
-
-    def superseded_providers(self) -> list[SupersededProvider]:
-        """Every source of "this record is superseded by that one" a packet consults
-        (``api.query.context.packet.superseded_refs`` merges them). Today: newer versions under the
-        same msg_id, and declared ``X supersedes Y`` relations."""
-        return [self.versions.superseded_by, self.associations.superseded_by]
-
-    @property
-    def associations(self) -> AssociationsProjection:
-        return self.runner.get(ASSOCIATIONS)
 
     @property
     def embedder(self) -> Embedder:
@@ -171,6 +107,7 @@ class EmbeddedEngine:
 
     def _restore_projections(self) -> None:
         self.runner.restore()
+        self.bind(self.runner.projections)  # a read model whose checkpoint was unusable was replaced
         self.fold("start-up", self.runner)
         freeze_long_lived()
 

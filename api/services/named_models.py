@@ -3,9 +3,9 @@ serves as the ``ReadModels`` of api/services/ports.py."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
+from memstream.api.services.ports import SupersededProvider
 from memstream.projections.associations import AssociationsProjection
 from memstream.projections.catalog import (
     ASSOCIATIONS,
@@ -23,34 +23,36 @@ from memstream.projections.history import HistoryProjection
 from memstream.projections.lexical import LexicalProjection
 from memstream.projections.precision import PrecisionProjection
 from memstream.projections.records import EpisodesProjection, MemoriesProjection, ProfilesProjection
-from memstream.projections.runner import Projection
+from memstream.projections.runner import Projection, pick
 from memstream.projections.standings import StandingsProjection
 from memstream.projections.vectors import VectorProjection
 from memstream.projections.versions import VersionsProjection
 
-P = TypeVar("P", bound=Projection)
-
-
-def _pick(by_name: Mapping[str, Projection], name: str, kind: type[P]) -> P:
-    p = by_name[name]
-    if not isinstance(p, kind):
-        raise TypeError(f"read model {name!r} is a {type(p).__name__}, not a {kind.__name__}")
-    return p
-
 
 class NamedModels:
-    """The read models of ``projections`` (fresh ones folded to a point, or a partition's), each
-    under its name (projections/catalog.py)."""
+    """The read models of ``projections`` (an engine's, fresh ones folded to a point, or a
+    partition's), each under its name (projections/catalog.py), as plain attributes: the reads'
+    hot paths touch them many times per call."""
 
     def __init__(self, projections: Sequence[Projection]) -> None:
+        self.bind(projections)
+
+    def bind(self, projections: Sequence[Projection]) -> None:
+        """Look the read models up again (a runner replaces one whose checkpoint was unusable)."""
         by_name = {p.name: p for p in projections}
-        self.memories: MemoriesProjection = _pick(by_name, MEMORIES.name, MEMORIES.kind)
-        self.episodes: EpisodesProjection = _pick(by_name, EPISODES.name, EPISODES.kind)
-        self.profiles: ProfilesProjection = _pick(by_name, PROFILES.name, PROFILES.kind)
-        self.history: HistoryProjection = _pick(by_name, HISTORY.name, HISTORY.kind)
-        self.precision: PrecisionProjection = _pick(by_name, PRECISION.name, PRECISION.kind)
-        self.vectors: VectorProjection = _pick(by_name, VECTORS.name, VECTORS.kind)
-        self.lexical: LexicalProjection = _pick(by_name, LEXICAL.name, LEXICAL.kind)
-        self.associations: AssociationsProjection = _pick(by_name, ASSOCIATIONS.name, ASSOCIATIONS.kind)
-        self.standings: StandingsProjection = _pick(by_name, STANDINGS.name, STANDINGS.kind)
-        self.versions: VersionsProjection = _pick(by_name, VERSIONS.name, VERSIONS.kind)
+        self.memories: MemoriesProjection = pick(by_name, MEMORIES)
+        self.episodes: EpisodesProjection = pick(by_name, EPISODES)
+        self.profiles: ProfilesProjection = pick(by_name, PROFILES)
+        self.history: HistoryProjection = pick(by_name, HISTORY)
+        self.precision: PrecisionProjection = pick(by_name, PRECISION)
+        self.vectors: VectorProjection = pick(by_name, VECTORS)
+        self.lexical: LexicalProjection = pick(by_name, LEXICAL)
+        self.associations: AssociationsProjection = pick(by_name, ASSOCIATIONS)
+        self.standings: StandingsProjection = pick(by_name, STANDINGS)
+        self.versions: VersionsProjection = pick(by_name, VERSIONS)
+
+    def superseded_providers(self) -> list[SupersededProvider]:
+        """Every source of "this record is superseded by that one" a packet consults
+        (``api.query.context.packet.superseded_refs`` merges them). Today: newer versions under the
+        same msg_id, and declared ``X supersedes Y`` relations."""
+        return [self.versions.superseded_by, self.associations.superseded_by]

@@ -15,7 +15,7 @@ from memstream.api.services.embedding import Embedder
 from memstream.api.services.failures import mark_rejected
 from memstream.api.services.metrics import Metrics
 from memstream.api.services.named_models import NamedModels
-from memstream.api.services.ports import Engine, Reads, SupersededProvider
+from memstream.api.services.ports import Engine, Reads
 from memstream.api.services.settings import Settings
 from memstream.projections.runner import FoldedModels
 from memstream.streams.commands import Command
@@ -134,9 +134,6 @@ class PartitionEngine(NamedModels):
         if agent_id is not None and model is None and self.embedders.enabled:
             model = await self.agent_model(agent_id)
         return await self.embedders.embed(texts, model)
-
-    def superseded_providers(self) -> list[SupersededProvider]:
-        return [self.versions.superseded_by, self.associations.superseded_by]
 
 
 def _offers_the_surface(engine: PartitionEngine, models: PartitionModels) -> tuple[Engine, FoldedModels]:
