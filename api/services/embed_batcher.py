@@ -33,6 +33,7 @@ class EmbedBatcher:
         *,
         max_texts: int = 64,
         max_wait_s: float = 0.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         if max_texts < 1:
             raise ValueError("max_texts must be at least 1")
@@ -40,6 +41,7 @@ class EmbedBatcher:
         self._run_blocking = run_blocking
         self.max_texts = max_texts
         self.max_wait_s = max_wait_s
+        self._sleep = sleep  # the wait for company (a test drives it without the clock)
         self._queue: list[_Request] = []
         self._drainer: asyncio.Task[None] | None = None
         self.calls = 0  # model calls made
@@ -61,7 +63,7 @@ class EmbedBatcher:
             if not self._queue:
                 break
             if self.max_wait_s > 0 and self._size(self._queue) < self.max_texts:
-                await asyncio.sleep(self.max_wait_s)
+                await self._sleep(self.max_wait_s)
             batch = self._take()
             texts = [t for r in batch for t in r.texts]
             try:

@@ -118,12 +118,23 @@ async def test_a_caller_that_gives_up_before_its_call_costs_the_model_nothing() 
 
 async def test_an_idle_model_waits_max_wait_for_company() -> None:
     model = GatedModel()
-    batcher = EmbedBatcher(model.embed, model.run_blocking, max_wait_s=0.5)
+    waiting, wait_over = asyncio.Event(), asyncio.Event()
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # the wait, ended by the test instead of the clock
+        waits.append(seconds)
+        waiting.set()
+        await wait_over.wait()
+
+    batcher = EmbedBatcher(model.embed, model.run_blocking, max_wait_s=0.5, sleep=sleep)
     first = asyncio.create_task(batcher.embed(["early"]))
-    await asyncio.sleep(0.01)  # well inside the wait
+    await asyncio.wait_for(waiting.wait(), 10)  # the idle model is waiting for company
     second = asyncio.create_task(batcher.embed(["late"]))
+    await asyncio.sleep(0)  # the late request is queued
+    wait_over.set()
     await asyncio.gather(first, second)
     assert model.batches == [["early", "late"]]
+    assert waits == [0.5]
 
 
 async def test_no_texts_make_no_call() -> None:
