@@ -164,7 +164,7 @@ async def test_broker_sigkill_during_a_write_storm_then_restart(broker: LocalBro
 
     async def crash_and_restart() -> None:
         await asyncio.to_thread(broker.kill)
-        await asyncio.sleep(5)  # the storm goes on against no broker at all
+        await asyncio.sleep(5)  # the fault itself: the storm goes on against no broker
         await asyncio.to_thread(broker.start)
 
     storm = await through_fault(faulty, crash_and_restart)
@@ -178,7 +178,7 @@ async def test_broker_down_past_the_routers_deadline(broker: LocalBroker, faulty
 
     async def long_crash() -> None:
         await asyncio.to_thread(broker.kill)
-        await asyncio.sleep(CALL_DEADLINE_S + 5)
+        await asyncio.sleep(CALL_DEADLINE_S + 5)  # the fault itself: an outage past the router's deadline
         await asyncio.to_thread(broker.start)
 
     storm = await through_fault(faulty, long_crash)
@@ -192,7 +192,7 @@ async def test_broker_frozen_for_30_s(broker: LocalBroker, faulty: Deployment) -
     async def freeze() -> None:
         await asyncio.to_thread(broker.pause)
         try:
-            await asyncio.sleep(30)
+            await asyncio.sleep(30)  # the fault itself: the 30 s freeze
         finally:
             await asyncio.to_thread(broker.resume)
 
