@@ -283,8 +283,19 @@ AGENT_LISTS = {"recall_fleet": "agent_ids"}
 PROCESS_WIDE = {"reembed_status": READ, "import_memories": WRITE, "merge_memories": WRITE}
 
 
+# Tools any authenticated client may call: their handlers answer only what the caller may read
+# (``list_agents`` names only the agents the caller's grants reach).
+CALLER_FILTERED = frozenset({"list_agents"})
+
+
 def classified(name: str) -> bool:
-    return name in AGENT_SCOPED or name in RECORD_SCOPED or name in AGENT_LISTS or name in PROCESS_WIDE
+    return (
+        name in AGENT_SCOPED
+        or name in RECORD_SCOPED
+        or name in AGENT_LISTS
+        or name in PROCESS_WIDE
+        or name in CALLER_FILTERED
+    )
 
 
 def _agent(value: Any) -> str:
@@ -331,7 +342,9 @@ async def demands(owners: RecordOwners, tool: ToolFacts, args: BaseModel) -> lis
         if not classified(name):
             log.warning("ACL: tool %s is not classified; only admins may call it", name)
             return out
-    if name in PROCESS_WIDE:
+    if name in CALLER_FILTERED:
+        out.append(Demand("", level, named=False))
+    elif name in PROCESS_WIDE:
         out.append(Demand(WILDCARD, PROCESS_WIDE[name]))
     elif name in AGENT_SCOPED:
         out.append(Demand(_agent(getattr(args, "agent_id", None)), level))

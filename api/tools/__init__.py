@@ -2,6 +2,7 @@
 
 from memstream.api.tools import (  # noqa: F401
     admin,
+    agents,
     associations,
     context,
     fleet,

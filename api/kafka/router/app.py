@@ -28,6 +28,7 @@ from memstream.api.kafka.router.transfers import KafkaTransfers
 from memstream.api.kafka.wire import OWNER_PATH, PARTITION_HEADER, TRANSFER_TOOLS, route_partition, worker_headers
 from memstream.api.services.acl import AclConfig
 from memstream.api.services.settings import Settings, load_settings
+from memstream.api.tools.agents import may_read
 from memstream.api.tools.dispatch import encode_arguments, failure, parse_arguments, validated
 from memstream.api.tools.reads import LIST_CAP
 from memstream.api.tools.registry import Caller
@@ -222,6 +223,8 @@ class Router:
             return await self.transfers.answer(name, args, caller or Caller(client_id=client, session_id=session))
         if name == "recall_fleet" and validated(name, args) is not None:
             return await self.fleet(args, headers)
+        if name == "list_agents" and (checked := validated(name, args)) is not None:
+            return await self.agents(checked[1], body, headers, caller)
         if name in EVERY_AGENT_LISTINGS and isinstance(args, dict) and not args.get("agent_id"):
             checked = validated(name, args)
             if checked is not None:
@@ -253,6 +256,29 @@ class Router:
         merged: dict[str, Any] = {key: rows[:limit], "count": min(len(rows), limit)}
         if key == "memories" and len(rows) > limit and args.limit > LIST_CAP:
             merged["budget_rows"] = LIST_CAP
+        return 200, orjson.dumps(merged)
+
+    async def agents(self, args: Any, body: bytes, headers: dict[str, str], caller: Caller | None) -> tuple[int, bytes]:
+        """``list_agents``: each partition's worker lists its own agents; the router joins them by
+        id and, in ACL mode, keeps those the caller may read (workers trust the router's caller)."""
+        if isinstance(args.as_of, int):
+            why = "as_of as an offset names one partition's offset in Kafka mode: give an instant"
+            return 400, orjson.dumps(failure(why))
+        rows: list[dict[str, Any]] = []
+        more = False
+        for status, content in await self._each_partition("list_agents", body, headers):
+            answer = orjson.loads(content)
+            if status != 200 or not isinstance(answer, dict) or not isinstance(answer.get("agents"), list):
+                return status, content
+            rows.extend(answer["agents"])
+            more = more or bool(answer.get("more"))
+        if self.gate is not None:
+            who = caller or Caller(client_id="anonymous")
+            rows = [r for r in rows if may_read(self.gate.acl, who, str(r["agent_id"]))]
+        rows.sort(key=lambda r: str(r["agent_id"]))
+        merged: dict[str, Any] = {"agents": rows[: args.limit], "count": min(len(rows), args.limit)}
+        if more or len(rows) > args.limit:
+            merged["more"] = True
         return 200, orjson.dumps(merged)
 
     async def _each_partition(self, name: str, body: bytes, headers: dict[str, str]) -> list[tuple[int, bytes]]:
