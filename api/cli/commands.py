@@ -25,6 +25,7 @@ from typing import Any  # noqa: E402
 import click  # noqa: E402
 import orjson  # noqa: E402
 
+from memstream.api.cli.progress import progress_bar, progress_option  # noqa: E402
 from memstream.api.services.settings import Settings, SettingsError, load_settings  # noqa: E402
 
 
@@ -313,7 +314,8 @@ def reembed(data_dir: Path | None, model: str, agents: tuple[str, ...], batch: i
 @click.option("--agent", default="", help="The agent to export (default: every agent).")
 @click.option("--embeddings/--no-embeddings", default=True, show_default=True, help="Write each record's vector.")
 @click.option("--history/--no-history", default=True, show_default=True, help="Write each record's events.")
-def export_(data_dir: Path | None, agent: str, embeddings: bool, history: bool) -> None:
+@progress_option
+def export_(data_dir: Path | None, agent: str, embeddings: bool, history: bool, show_progress: bool | None) -> None:
     """Write an agent's memories, episodes and profile to stdout as JSONL (CPersona's export
     format, plus each record's history and vector). Safe beside running servers."""
     from memstream.api.services.engine import EmbeddedEngine
@@ -326,7 +328,10 @@ def export_(data_dir: Path | None, agent: str, embeddings: bool, history: bool) 
         engine = EmbeddedEngine(settings)
         await engine.start()
         try:
-            header, records = await collect(engine, agent, include_embeddings=embeddings, include_history=history)
+            with progress_bar("export", unit="records", show=show_progress) as progress:
+                header, records = await collect(
+                    engine, agent, include_embeddings=embeddings, include_history=history, progress=progress
+                )
         finally:
             await engine.close()
         out = sys.stdout.buffer
@@ -346,7 +351,8 @@ def export_(data_dir: Path | None, agent: str, embeddings: bool, history: bool) 
 @click.argument("file", type=click.File("rb"))
 @click.option("--target-agent", default="", help="Import every record into this agent (default: the file's).")
 @click.option("--dry-run", is_flag=True, help="Count what would be imported; write nothing.")
-def import_(data_dir: Path | None, file: Any, target_agent: str, dry_run: bool) -> None:
+@progress_option
+def import_(data_dir: Path | None, file: Any, target_agent: str, dry_run: bool, show_progress: bool | None) -> None:
     """Import a JSONL export (FILE, or - for stdin) through the normal write rules. Importing
     the same file again changes nothing; an interrupted import is finished by running it again."""
     from memstream.api.services.engine import EmbeddedEngine
@@ -360,7 +366,9 @@ def import_(data_dir: Path | None, file: Any, target_agent: str, dry_run: bool) 
         engine = EmbeddedEngine(settings)
         await engine.start()
         try:
-            return await import_file(engine, Caller(client_id="cli"), raw, target=target_agent, dry_run=dry_run)
+            with progress_bar("import", unit="records", show=show_progress) as progress:
+                caller = Caller(client_id="cli")
+                return await import_file(engine, caller, raw, target=target_agent, dry_run=dry_run, progress=progress)
         finally:
             await engine.close()
 
@@ -373,15 +381,18 @@ def import_(data_dir: Path | None, file: Any, target_agent: str, dry_run: bool) 
 @main.command()
 @data_dir_option
 @click.argument("dest", type=click.Path(path_type=Path))
-def backup(data_dir: Path | None, dest: Path) -> None:
+@progress_option
+def backup(data_dir: Path | None, dest: Path, show_progress: bool | None) -> None:
     """Online backup of the log into DEST (a new data directory), while servers keep writing.
 
     The copy is one consistent point of the log (SQLite's backup API under a read
     transaction); every write acknowledged before it started is in it."""
     from memstream.api.services.backup import BackupError, backup_log
 
+    settings = _settings(data_dir)
     try:
-        report = backup_log(_settings(data_dir), dest)
+        with progress_bar("backup", unit="bytes", show=show_progress) as progress:
+            report = backup_log(settings, dest, progress)
     except BackupError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
@@ -390,13 +401,16 @@ def backup(data_dir: Path | None, dest: Path) -> None:
 @main.command()
 @data_dir_option
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
-def restore(data_dir: Path | None, source: Path) -> None:
+@progress_option
+def restore(data_dir: Path | None, source: Path, show_progress: bool | None) -> None:
     """Restore a backup (a data directory or a log.sqlite3 file made by `memstream backup`)
     into an empty data directory. Servers on it must be stopped; the next start replays."""
     from memstream.api.services.backup import BackupError, restore_log
 
+    settings = _settings(data_dir)
     try:
-        report = restore_log(source, _settings(data_dir))
+        with progress_bar("restore", unit="bytes", show=show_progress) as progress:
+            report = restore_log(source, settings, progress)
     except BackupError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from memstream.api.services.ports import Engine, LogReads
+from memstream.api.services.progress import Progress
 from memstream.api.tools.transfer.batches import chunks
 from memstream.api.tools.transfer.jsonl import export_header
 from memstream.api.tools.transfer.vectors import vector_fields
@@ -29,9 +30,15 @@ def _vector_of(records: list[LogRecord], model: str | None) -> tuple[str, bytes]
 
 
 async def collect(
-    engine: Engine, agent_id: str, *, include_embeddings: bool, include_history: bool = True
+    engine: Engine,
+    agent_id: str,
+    *,
+    include_embeddings: bool,
+    include_history: bool = True,
+    progress: Progress | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The header and every record of an agent ('' = every agent), as of one read.
+    ``progress`` hears how many records have their history and vector read from the log.
 
     ``engine`` is the embedded engine or, in Kafka mode, a worker's engine of one partition
     (api/kafka/worker/app.py): there '' means every agent of that partition, the offsets (the
@@ -113,10 +120,18 @@ async def collect(
                 if found is not None:
                     r.update(vector_fields(*found))
 
+    total, done = len(memories) + len(episodes) + len(profiles), 0
+    if progress is not None:
+        progress(done, total)
     for chunk in chunks(memories + episodes, 500):
         offsets = sorted({o for r in chunk for o in r["_offsets"] if o <= offset})
         by_offset = {rec.offset: rec for rec in await _records_at(engine.log, offsets)}
         await loop.run_in_executor(None, attach, chunk, by_offset)
+        done += len(chunk)
+        if progress is not None:
+            progress(done, total)
+    if progress is not None:
+        progress(total, total)  # profiles need nothing from the log
     header = export_header(agent_id, memories, episodes, profiles, log_offset=offset)
     return header, memories + episodes + profiles
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from memstream.api.services.ports import Engine
+from memstream.api.services.progress import Progress
 from memstream.api.tools.registry import Caller
 from memstream.api.tools.sanitize import InputError
 from memstream.api.tools.transfer.batches import CHUNK, chunks
@@ -25,10 +26,19 @@ Ready: TypeAlias = tuple[int, dict[str, Any], TextCommand, str]  # line, record,
 
 
 class Importer:
-    """Turns records into commands and submits them, CHUNK at a time; ``tally`` counts them."""
+    """Turns records into commands and submits them, CHUNK at a time; ``tally`` counts them and
+    ``progress`` hears how many of the file's records are decided so far."""
 
     def __init__(
-        self, engine: Engine, caller: Caller, *, target: str, namespace: str, session_key: str, dry_run: bool
+        self,
+        engine: Engine,
+        caller: Caller,
+        *,
+        target: str,
+        namespace: str,
+        session_key: str,
+        dry_run: bool,
+        progress: Progress | None = None,
     ) -> None:
         self.engine = engine
         self.commands = RecordCommands(
@@ -36,6 +46,14 @@ class Importer:
         )
         self.tally = Tally(dry_run)
         self._models: dict[str, str | None] = {}
+        self.progress = progress
+        self._done = 0
+        self._total = 0
+
+    def _advance(self, records: int) -> None:
+        self._done += records
+        if self.progress is not None:
+            self.progress(self._done, self._total)
 
     async def _model_for(self, aid: str) -> str | None:
         """The model a vector from the file must have to be kept for agent ``aid``."""
@@ -58,11 +76,16 @@ class Importer:
         t = self.tally
         typed, errors = split_types(records)
         t.errors.extend(errors)
+        self._total = len(records)
+        self._advance(len(records) - sum(map(len, typed.values())))  # kinds not imported: done already
         for chunk in chunks(typed["memory"], CHUNK):
             await self._texts(chunk, self.commands.memory, "memory")
+            self._advance(len(chunk))
         for chunk in chunks(typed["episode"], CHUNK):
             await self._texts(chunk, self.commands.episode, "episode")
+            self._advance(len(chunk))
         for n, rec in typed["profile"]:
+            self._advance(1)  # a profile is one command: counted as it starts
             try:
                 cmd = self.commands.profile(rec)
             except (InputError, ValueError) as exc:

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import Field, StrictStr
 
 from memstream.api.services.ports import Engine
+from memstream.api.services.progress import Progress
 from memstream.api.tools.common import CommandId, Flag, SessionKey
 from memstream.api.tools.registry import Caller, ToolArgs
 from memstream.api.tools.transfer.files import read_export
@@ -32,13 +33,17 @@ async def import_file(
     target: str = "",
     dry_run: bool = False,
     session_key: str = "",
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Import the bytes of an export file (the tool and ``memstream import`` share this)."""
+    """Import the bytes of an export file (the tool and ``memstream import`` share this);
+    ``progress`` hears the records decided so far, of all the file holds."""
     parsed = parse_export(raw, dry_run)
     if isinstance(parsed, dict):
         return parsed
     records, errors = parsed
-    importer = Importer(engine, caller, target=target, namespace="import", session_key=session_key, dry_run=dry_run)
+    importer = Importer(
+        engine, caller, target=target, namespace="import", session_key=session_key, dry_run=dry_run, progress=progress
+    )
     importer.tally.errors.extend(errors)
     tally = await importer.run(records)
     body = tally.answer()
