@@ -244,6 +244,7 @@ AGENT_SCOPED = frozenset(
         "recall_with_context",
         "reconstruct",
         "traverse",
+        "association_graph",
         "get_contents",  # the handler answers only agent_id's refs (others come back in `missing`)
         "get_profile",
         "get_recall_precision",

@@ -6,6 +6,7 @@ from memstream.api.tools import (  # noqa: F401
     associations,
     context,
     fleet,
+    graph,
     reads,
     recall,
     standings,

@@ -109,3 +109,46 @@ async def test_list_agents_names_only_the_agents_the_caller_may_read(acl_server:
         finally:
             await f.close()
         assert {a["agent_id"] for a in listing["agents"]} == agents, (client, listing)
+
+
+# -- association_graph ----------------------------------------------------------------------------
+
+
+async def test_association_graph_holds_entities_relations_mentions_and_previews(face: Any) -> None:
+    agent = f"ag{uuid.uuid4().hex[:6]}"
+    first = await face.call(
+        "store",
+        {
+            "agent_id": agent,
+            "content": "Dana owns the payments service.",
+            "associations": {
+                "entities": [{"name": "Dana", "aliases": ["D."]}, {"name": "payments service"}],
+                "relations": [{"subject": "Dana", "predicate": "owns", "object": "payments service"}],
+            },
+        },
+    )
+    second = await face.call("store", {"agent_id": agent, "content": "The payments service moved to Go."})
+    ref1, ref2 = f"mem:{first['id']}", f"mem:{second['id']}"
+    declared = await face.call(
+        "declare_associations",
+        {"agent_id": agent, "associations": {"relations": [{"subject": ref2, "predicate": "updates", "object": ref1}]}},
+    )
+    assert declared["ok"] is True, declared
+    g = await face.call("association_graph", {"agent_id": agent})
+    names = {e["name"]: e for e in g["entities"]}
+    assert set(names) == {"Dana", "payments service"} and g["count"] == 2
+    assert names["Dana"]["aliases"] == ["D."] and names["Dana"]["mentions"] == [ref1]
+    ids = {e["id"]: e["name"] for e in g["entities"]}
+    def end(node: dict[str, Any]) -> str:
+        return ids[node["entity"]] if "entity" in node else str(node["ref"])
+
+    edges = {(end(r["subject"]), r["predicate"], end(r["object"])) for r in g["relations"]}
+    assert edges == {("Dana", "owns", "payments service"), (ref2, "updates", ref1)}
+    assert g["records"] == {ref1: "Dana owns the payments service.", ref2: "The payments service moved to Go."}
+    # A deleted record leaves the drawing with its relations; limit cuts entities, oldest first.
+    await face.call("delete_memory", {"agent_id": agent, "memory_id": second["id"]})
+    g = await face.call("association_graph", {"agent_id": agent, "limit": 1})
+    assert [e["name"] for e in g["entities"]] == ["Dana"] and g["entities_omitted"] == 1
+    assert g["relations"] == [] and set(g["records"]) == {ref1}
+    assert (await face.call("association_graph", {"agent_id": "nobody-" + agent}))["entities"] == []
+    assert (await face.call("association_graph", {"agent_id": ""}))["ok"] is False
