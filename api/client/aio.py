@@ -1,0 +1,102 @@
+"""``AsyncClient``: the same methods as ``Client``, awaited, over HTTP or in the caller's loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
+
+import httpx
+
+from .calls import prepare
+from .methods import AsyncTools
+from .remote import AsyncHttpTransport, headers_for
+from .retry import RetryPolicy
+from .sync import DEFAULT_TIMEOUT
+
+if TYPE_CHECKING:
+    from memstream.api.services.embedding import Embedder
+
+
+class AsyncTransport(Protocol):
+    async def call(self, tool: str, args: dict[str, Any], idempotent: bool) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
+
+
+class AsyncClient(AsyncTools):
+    """``Client``'s async twin: ``await client.store(...)``; ``async with`` or ``await close()``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        client_id: str | None = None,
+        session_id: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = 4,
+        backoff: float = 0.25,
+        max_backoff: float = 8.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retry_policy = RetryPolicy(retries, backoff, max_backoff)
+        headers = headers_for(token, client_id, session_id)
+        self._transport: AsyncTransport = AsyncHttpTransport(
+            self.base_url, headers, timeout, self.retry_policy, transport
+        )
+        self._closed = False
+
+    @classmethod
+    def local(
+        cls,
+        data_dir: str | Path,
+        *,
+        embedder: Embedder | None = None,
+        client_id: str = "local",
+        session_id: str = "",
+        settings: dict[str, Any] | None = None,
+    ) -> AsyncClient:
+        """The engine on ``data_dir`` in the caller's event loop, no server: it starts on the
+        first call (or ``async with``) and is checkpointed and closed by ``close()``."""
+        from .local import AsyncLocal
+
+        self = cls.__new__(cls)
+        self.base_url = f"local:{data_dir}"
+        self.retry_policy = RetryPolicy(0)
+        self._transport = AsyncLocal(
+            data_dir, embedder=embedder, client_id=client_id, session_id=session_id, settings=settings
+        )
+        self._closed = False
+        return self
+
+    async def _invoke(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        if self._closed:
+            raise RuntimeError("this client is closed")
+        sent, idempotent = prepare(tool, args)
+        return await self._transport.call(tool, sent, idempotent)
+
+    async def call(self, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Any tool by name with its arguments as a dict: the answer's JSON."""
+        return await self._invoke(tool, dict(args or {}))
+
+    async def close(self) -> None:
+        """Release the connection pool (or checkpoint and close the local engine). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            await self._transport.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        start = getattr(self._transport, "start", None)
+        if start is not None:
+            await start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({self.base_url!r})"
