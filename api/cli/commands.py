@@ -100,8 +100,7 @@ def serve(
 ) -> None:
     """Serve the HTTP API and MCP (streamable HTTP, at /mcp) on the embedded log; with --kafka,
     the HTTP API of a Kafka deployment (calls routed to the `memstream worker` owning each agent)."""
-    import uvicorn
-
+    from memstream.api.cli.banner import Served, serve_app
     from memstream.api.faces.http import create_app
     from memstream.api.services.acl import AclConfigError, load_configured
 
@@ -116,14 +115,15 @@ def serve(
         _bind_notice(settings, host, port)
         cfg = kafka_config(bootstrap, prefix, partitions, replication)
         app = router_app(cfg, host=host, acl=acl, settings=settings)
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        kafka = f"{bootstrap}, topics {prefix}.*, {partitions} partitions"
+        serve_app(app, host, port, Served("kafka", kafka, settings.acl_file))
         return
     try:
         app = create_app(settings, host=host)  # loads MEMSTREAM_ACL_FILE first: a bad file stops here
     except AclConfigError as exc:
         raise click.ClickException(f"refusing to start: {exc}") from None
     _bind_notice(settings, host, port)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    serve_app(app, host, port, Served("embedded", str(settings.data_dir), settings.acl_file))
 
 
 def _bind_notice(settings: Settings, host: str, port: int) -> None:
