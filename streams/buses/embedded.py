@@ -191,8 +191,13 @@ class EmbeddedCommandBus:
     def _commit(self, items: list[Command | AuditRecord]) -> list[Committed | BaseException]:
         """One transaction: catch up, decide in order, append, commit. Runs on the writer thread."""
         conn = self._conn
+        assert conn is not None
+        if self.state is None:  # dropped after a failed append, and not folded again yet
+            try:
+                self.state = load_decision_state(self.log, self.snapshots)
+            except (sqlite3.Error, OSError) as exc:
+                raise LogUnavailable(f"the log is not readable: {exc}") from exc
         state = self.state
-        assert conn is not None and state is not None
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -222,8 +227,14 @@ class EmbeddedCommandBus:
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            # The state already folded events that were never committed: fold it afresh.
-            self.state = load_decision_state(self.log, self.snapshots)
+            # The state already folded events that were never committed: drop it and fold it
+            # afresh. If the log cannot be read now either, no state is kept (readers of the
+            # decision state see none): the next batch folds it before deciding anything.
+            self.state = None
+            try:
+                self.state = load_decision_state(self.log, self.snapshots)
+            except Exception as reload_exc:
+                log.warning("the decision state could not be folded again after a failed append: %s", reload_exc)
             raise LogUnavailable(f"append failed, nothing was written: {exc}") from exc
         self._since_snapshot += len(events)
         if self.snapshots is not None and self._since_snapshot >= self.snapshot_every:
