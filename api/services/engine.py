@@ -19,6 +19,7 @@ from memstream.api.services.acl import AclConfig
 from memstream.api.services.embedders import Embedders
 from memstream.api.services.embedding import Embedder
 from memstream.api.services.failures import mark_rejected
+from memstream.api.services.feed import Feed
 from memstream.api.services.health import EmbeddedHealth
 from memstream.api.services.jobs import ReembedJob
 from memstream.api.services.metrics import Metrics
@@ -87,6 +88,7 @@ class EmbeddedEngine(NamedModels):
         # The access policy dispatch enforces; None: anonymous full access. Set by the faces
         # from MEMSTREAM_ACL_FILE (api/services/acl.py), before they serve anything.
         self.acl: AclConfig | None = None
+        self.feed = Feed(self.log)  # the change feed's fan-out (api/services/feed.py)
         self._started = False
 
     @property
@@ -126,6 +128,7 @@ class EmbeddedEngine(NamedModels):
         if not self._started:
             return
         self._started = False
+        await self.feed.close()
         for job in self.jobs.values():
             task = job.task
             if task is not None and not task.done():
@@ -144,6 +147,8 @@ class EmbeddedEngine(NamedModels):
 
     async def submit(self, command: Command) -> Committed:
         committed = await self.bus.submit(command)
+        if committed.offset is not None:
+            self.feed.notify()  # all a write does for the change feed
         if committed.outcome.result == "rejected":
             mark_rejected(committed.outcome.error)  # the bus wrote its audit record
         return committed

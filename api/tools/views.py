@@ -1,35 +1,15 @@
-"""How log records look to people and callers: history entries (H1) and audit entries (H4)."""
+"""How log records look to people and callers: history entries (H1, api/services/entries.py, which
+the change feed shares) and audit entries (H4)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from memstream.api.services.entries import history_entry
 from memstream.streams.events import decode
 from memstream.streams.log.port import LogRecord
 
-
-def _change(payload: dict[str, Any]) -> dict[str, Any]:
-    """The payload as a change description: vectors are summarised, never dumped."""
-    out = dict(payload)
-    emb = out.get("embedding")
-    if isinstance(emb, dict):
-        out["embedding"] = {"model": emb.get("model"), "dim": emb.get("dim")}
-    return out
-
-
-def history_entry(rec: LogRecord) -> dict[str, Any]:
-    ev = decode(rec.value)
-    return {
-        "offset": rec.offset,
-        "partition": rec.partition,
-        "event_id": ev["id"],
-        "type": ev["type"],
-        "at": ev["occurred_at"],
-        "actor": ev["actor"],
-        "scope": ev["scope"],
-        "command_id": ev["command_id"],
-        "change": _change(ev["payload"]),
-    }
+__all__ = ["audit_entry", "history_entry"]
 
 
 def audit_entry(rec: LogRecord) -> dict[str, Any]:

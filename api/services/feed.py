@@ -1,0 +1,320 @@
+"""The embedded engine's change feed: live fan-out of new log events to in-process subscribers.
+
+Every face that pushes changes (the SSE route ``GET /v1/events``, MCP resource notifications,
+the console) subscribes here, so the log is read and each event decoded once however many
+subscribers there are. docs/feed.md describes the feed as clients see it.
+
+Use::
+
+    async with engine.feed.subscribe(agents={"a1"}, types={"memory.stored"}, start=None) as sub:
+        async for item in sub:  # FeedItem: offset, position, agent_id, type, entry, data
+            ...
+    # a subscriber that fell ``buffer`` events behind: after its queued items, iteration
+    # raises FeedCutOff (resume_from: the offset of the first event it was not given)
+
+``start``: the offset of the first event to deliver (None: live, from the log's end when
+``subscribe`` is called; such a subscriber is fanned out to at once, even before it reads). Items
+come in log order, strictly increasing offsets, each once: a subscriber starting in the past
+reads the log in batches at its own pace, then joins the live fan-out where its reading ended.
+``agents`` / ``types``: None for all. Closing the engine ends every subscription (the
+iteration stops).
+
+Writers never wait on subscribers: a commit only calls ``notify`` (an event flag). One reader
+task reads what was appended since (and, every ``poll_seconds``, what other processes sharing
+the data directory appended), renders each event once, and offers it to every subscriber's
+bounded queue without waiting; a full queue cuts that subscriber off instead of slowing anyone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol
+
+import orjson
+
+from memstream.api.services.entries import history_entry
+from memstream.streams.log.port import LogRecord
+
+DEFAULT_BUFFER = 1000  # events a subscriber may fall behind before it is cut off
+READ_BATCH = 1000
+POLL_SECONDS = 0.5  # how soon another process's appends are seen (this process's: at once)
+
+
+class FeedLog(Protocol):
+    """What the feed reads: the embedded log (streams/log/sqlite.py)."""
+
+    def end_offset(self) -> int: ...
+
+    def read(
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        agent_id: str | None = None,
+        limit: int = 10_000,
+        vectors: bool = True,
+        types: Sequence[str] | None = None,
+    ) -> list[LogRecord]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FeedItem:
+    """One event as the feed delivers it: ``entry`` is the ``history`` entry, ``data`` its JSON."""
+
+    offset: int
+    agent_id: str
+    type: str
+    entry: dict[str, Any]
+    data: str
+
+    @property
+    def position(self) -> str:
+        """The event's position as a string (the SSE ``id``): its log offset in decimal."""
+        return str(self.offset)
+
+
+def render(rec: LogRecord, show: Callable[[LogRecord], dict[str, Any]] = history_entry) -> FeedItem:
+    entry = show(rec)
+    return FeedItem(rec.offset, rec.agent_id, rec.type, entry, orjson.dumps(entry).decode())
+
+
+@dataclass(frozen=True, slots=True)
+class FeedFilter:
+    """Which events a subscriber gets: of these agents and these types (None: all)."""
+
+    agents: frozenset[str] | None = None
+    types: frozenset[str] | None = None
+
+    @classmethod
+    def of(cls, agents: Collection[str] | None = None, types: Collection[str] | None = None) -> FeedFilter:
+        return cls(None if agents is None else frozenset(agents), None if types is None else frozenset(types))
+
+    def admits(self, agent_id: str, type_: str) -> bool:
+        return (self.agents is None or agent_id in self.agents) and (self.types is None or type_ in self.types)
+
+
+def parse_types(text: str | None) -> frozenset[str] | None:
+    """``types=memory.stored,memory.updated`` as a set; None or blank: every type."""
+    if text is None:
+        return None
+    names = frozenset(t.strip() for t in text.split(",") if t.strip())
+    return names or None
+
+
+class FeedCutOff(Exception):
+    """The subscriber stopped keeping up: it got everything before ``resume_from``, nothing after."""
+
+    def __init__(self, resume_from: int, reason: str) -> None:
+        super().__init__(f"cut off at {resume_from}: {reason}")
+        self.resume_from = resume_from
+        self.reason = reason
+
+    @property
+    def position(self) -> str:
+        return str(self.resume_from)
+
+
+class Subscription:
+    """An async iterator of FeedItems (see the module docstring); ``close`` (or leaving its
+    ``async with``) unsubscribes."""
+
+    def __init__(self, feed: Feed, filter_: FeedFilter, start: int, buffer: int) -> None:
+        if buffer < 1:
+            raise ValueError("a subscriber's buffer holds at least one event")
+        self._feed = feed
+        self.filter = filter_
+        self._start = max(start, 0)
+        self._buffer = buffer
+        self._cursor = -1  # catching up: the next offset to read from the log; joined: the dedupe floor
+        self._backlog: deque[FeedItem] = deque()  # read from the log while catching up
+        self._live: deque[FeedItem] = deque()  # offered by the feed's reader once joined
+        self._ready = asyncio.Event()
+        self._joined = False
+        self._closed = False
+        self._cut: FeedCutOff | None = None
+        self.last_offset: int | None = None  # the last item handed out
+
+    @property
+    def joined(self) -> bool:
+        """Caught up with the log: further items come from the live fan-out."""
+        return self._joined
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._feed._leave(self)
+            self._ready.set()
+
+    async def __anext__(self) -> FeedItem:
+        while True:
+            queue = self._live if self._joined else self._backlog
+            if queue:
+                item = queue.popleft()
+                self.last_offset = item.offset
+                return item
+            if self._cut is not None:
+                raise self._cut
+            if self._closed:
+                raise StopAsyncIteration
+            if self._joined:
+                self._ready.clear()
+                await self._ready.wait()
+            else:
+                await self._catch_up()
+
+    async def _catch_up(self) -> None:
+        """Read one batch of the log's past, or join the live fan-out where the past ends.
+
+        Whether the reader has passed ``_cursor`` is decided with no await between the check
+        and the join, so every event at or after the join point reaches this subscriber live
+        and nothing before it does (the floor drops what the reader offers twice)."""
+        feed = self._feed
+        if self._cursor < 0:
+            self._cursor = self._start
+        bound = feed._next
+        if bound is None:
+            bound = await feed._log_end()
+            if feed._next is not None:
+                bound = feed._next
+        if self._closed or self._cut is not None:
+            return
+        if self._cursor >= bound:
+            feed._join(self, bound)
+            self._joined = True
+            return
+        records, items = await feed._read(self._cursor, bound, self.filter)
+        self._backlog.extend(items)
+        self._cursor = records[-1].offset + 1 if len(records) >= feed.batch else bound
+
+    def _offer(self, item: FeedItem) -> None:
+        """From the feed's reader: queue without waiting, or cut this subscriber off."""
+        if item.offset < self._cursor or not self.filter.admits(item.agent_id, item.type):
+            return
+        if len(self._live) >= self._buffer:
+            self._cut = FeedCutOff(item.offset, f"the subscriber fell more than {self._buffer} events behind")
+            self._feed._leave(self)
+            self._ready.set()
+            return
+        self._live.append(item)
+        self._ready.set()
+
+
+@dataclass(eq=False)
+class Feed:
+    """The fan-out of one engine's log (see the module docstring)."""
+
+    log: FeedLog
+    batch: int = READ_BATCH
+    poll_seconds: float = POLL_SECONDS
+    _subs: set[Subscription] = field(default_factory=set)
+    _next: int | None = None  # the next offset the reader reads; None while nobody is joined
+    _signal: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = None
+    _closed: bool = False
+
+    def subscribe(
+        self,
+        *,
+        agents: Collection[str] | None = None,
+        types: Collection[str] | None = None,
+        start: int | None = None,
+        buffer: int = DEFAULT_BUFFER,
+    ) -> Subscription:
+        live = start is None
+        if start is None:  # from the end as of now (one indexed lookup), not as of the first read
+            start = self.log.end_offset()
+        sub = Subscription(self, FeedFilter.of(agents, types), start, buffer)
+        if self._closed:
+            sub.close()
+        elif live:  # nothing to catch up with: joins now (the floor drops what the reader has not passed)
+            sub._cursor = start
+            sub._joined = True
+            self._join(sub, start)
+        return sub
+
+    def notify(self) -> None:
+        """The log gained events (called by the engine after a commit that appended)."""
+        self._signal.set()
+
+    @property
+    def subscribers(self) -> int:
+        """Joined subscribers (those still catching up are not counted)."""
+        return len(self._subs)
+
+    async def close(self) -> None:
+        self._closed = True
+        for sub in list(self._subs):
+            sub.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    # -- for subscriptions ------------------------------------------------------------------
+
+    def _join(self, sub: Subscription, at: int) -> None:
+        if self._closed:
+            sub.close()
+            return
+        if self._next is None:
+            self._next = at
+        self._subs.add(sub)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="memstream-feed")
+        self._signal.set()  # read what may have landed since ``at`` was learnt
+
+    def _leave(self, sub: Subscription) -> None:
+        self._subs.discard(sub)
+        if not self._subs:
+            self._next = None  # idle: nothing reads the log until someone joins again
+
+    async def _log_end(self) -> int:
+        return await asyncio.to_thread(self.log.end_offset)
+
+    async def _read(self, start: int, stop: int | None, filter_: FeedFilter) -> tuple[list[LogRecord], list[FeedItem]]:
+        """A batch of ``[start, stop)`` and its items that pass ``filter_``, off the event loop."""
+
+        def work() -> tuple[list[LogRecord], list[FeedItem]]:
+            one = next(iter(filter_.agents)) if filter_.agents is not None and len(filter_.agents) == 1 else None
+            types = sorted(filter_.types) if filter_.types is not None else None
+            records = self.log.read(start, stop, agent_id=one, limit=self.batch, vectors=False, types=types)
+            return records, [render(r) for r in records if filter_.admits(r.agent_id, r.type)]
+
+        return await asyncio.to_thread(work)
+
+    # -- the reader -------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        everything = FeedFilter()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._signal.wait(), self.poll_seconds)
+            self._signal.clear()
+            while (start := self._next) is not None:
+                records, items = await self._read(start, None, everything)
+                if self._next != start:
+                    continue  # everyone left (or the reader was re-aimed) meanwhile: drop the batch
+                for item in items:
+                    for sub in list(self._subs):
+                        sub._offer(item)
+                if records:
+                    self._next = records[-1].offset + 1 if self._subs else None
+                if len(records) < self.batch:
+                    break
