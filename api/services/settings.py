@@ -53,6 +53,12 @@ class Settings(BaseModel):
     allowed_origins: tuple[str, ...] = ()
     # ACL mode: how long an audit page login (a session cookie) lasts.
     audit_session_s: float = Field(default=3_600.0, gt=0, le=7 * 86_400)
+    # The change feed (docs/feed.md): a keep-alive comment at least this often; events a
+    # subscriber may fall behind before it is cut off; how long one send to a client that stopped
+    # reading may wait before its stream is dropped.
+    feed_keepalive_s: float = Field(default=15.0, gt=0, le=15)
+    feed_buffer: int = Field(default=1_000, ge=1, le=1_000_000)
+    feed_send_timeout_s: float = Field(default=30.0, gt=0)
 
     # -- recall (CPersona's knobs, MEMSTREAM_ prefix) --------------------------------------
     recall_mode: Literal["rrf", "rsf", "cascade"] = "rrf"
@@ -185,6 +191,9 @@ _ENV = {
     "allowed_hosts": "MEMSTREAM_ALLOWED_HOSTS",
     "allowed_origins": "MEMSTREAM_ALLOWED_ORIGINS",
     "audit_session_s": "MEMSTREAM_AUDIT_SESSION_SECONDS",
+    "feed_keepalive_s": "MEMSTREAM_FEED_KEEPALIVE_SECONDS",
+    "feed_buffer": "MEMSTREAM_FEED_BUFFER",
+    "feed_send_timeout_s": "MEMSTREAM_FEED_SEND_TIMEOUT_SECONDS",
     "recall_mode": "MEMSTREAM_RECALL_MODE",
     "recall_retrievers": "MEMSTREAM_RECALL_RETRIEVERS",
     "max_memories": "MEMSTREAM_MAX_MEMORIES",
