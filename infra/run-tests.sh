@@ -17,6 +17,9 @@ VENV="${VENV:-.venv}" bash infra/typecheck.sh
 # MEMSTREAM_REQUIRE_BROWSER is set).
 bash infra/install-chromium.sh
 export MEMSTREAM_REQUIRE_BROWSER="${MEMSTREAM_REQUIRE_BROWSER:-1}"
+# The framework adapters' tests fail instead of skipping when an extra is missing (`make setup`
+# installs .[test,langgraph,openai-agents]).
+export MEMSTREAM_REQUIRE_EXTRAS="${MEMSTREAM_REQUIRE_EXTRAS:-1}"
 
 # The tests' broker. Not MEMSTREAM_KAFKA_BOOTSTRAP: that one switches `memstream serve` to
 # Kafka mode, and the embedded-mode tests start `memstream serve` too.
