@@ -11,7 +11,8 @@ import uuid
 from typing import Any
 
 from memstream.api.faces.auth import stdio_caller
-from memstream.api.faces.mcp import CallerFactory, ToolService, run_stdio, stdio_caller_factory
+from memstream.api.faces.mcp import CallerFactory, ToolService, engine_changes, run_stdio, stdio_caller_factory
+from memstream.api.faces.mcp_resources import AgentChanges
 from memstream.api.kafka.router.app import RouterEngine
 from memstream.api.services.acl import AclConfig, AclConfigError, load_configured
 from memstream.api.services.engine import EmbeddedEngine
@@ -65,7 +66,14 @@ async def serve_stdio(settings: Settings | None = None, *, kafka: KafkaConfig | 
     before anything starts."""
     settings = settings if settings is not None else load_settings()
     acl = load_configured(settings)
-    await run_stdio(tool_service(settings, acl, kafka), stdio_callers(acl))
+    service = tool_service(settings, acl, kafka)
+    await run_stdio(service, stdio_callers(acl), service_changes(service))
+
+
+def service_changes(service: ToolService) -> AgentChanges | None:
+    """The change feed resource subscriptions follow: the embedded engine's. A Kafka router
+    serves resources read-only over stdio (docs/mcp.md, "Resources and subscriptions")."""
+    return engine_changes(service.engine) if isinstance(service, EmbeddedTools) else None
 
 
 def main() -> None:

@@ -27,10 +27,12 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from starlette.types import Message, Receive, Scope, Send
 
 import memstream.api.tools  # noqa: F401  (the package imports, and so registers, every tool)
 from memstream.api.faces.auth import scope_caller
+from memstream.api.faces.mcp_resources import AgentChanges, feed_changes, resource_handlers
 from memstream.api.services.metrics import FACE
 from memstream.api.services.ports import Engine
 from memstream.api.tools.dispatch import dispatch, failure, list_tools
@@ -254,12 +256,37 @@ class ToolService(Protocol):
         ...
 
 
+def engine_changes(engine: Engine | None) -> AgentChanges | None:
+    """The live changes of an engine that has a change feed (the embedded engine), else None."""
+    feed = getattr(engine, "feed", None)
+    return feed_changes(feed) if feed is not None else None
+
+
 def build_server(
-    engine: Engine | None, caller_factory: CallerFactory | None = None, *, call: RemoteCall | None = None
+    engine: Engine | None,
+    caller_factory: CallerFactory | None = None,
+    *,
+    call: RemoteCall | None = None,
+    changes: AgentChanges | None = None,
 ) -> Server[Any]:
-    """A low-level MCP server over the tool registry: list_tools() and dispatch(), nothing else
-    (or ``call`` instead of dispatch, for a router that runs tools on other processes)."""
+    """A low-level MCP server over the tool registry: list_tools() and dispatch() (or ``call``
+    instead of dispatch, for a router that runs tools on other processes), and resources read
+    through the same tools (api/faces/mcp_resources.py), subscribable when ``changes`` is given."""
     callers = caller_factory or http_caller
+
+    async def run_tool(caller: Caller, name: str, arguments: Any) -> dict[str, Any]:
+        if call is not None:
+            return await call(caller, name, arguments)
+        assert engine is not None, "build_server needs an engine or a call"
+        return await dispatch(engine, caller, name, arguments)
+
+    def caller_of(ctx: Any) -> Caller:
+        try:
+            caller = callers(ctx.request)
+        except PermissionError:
+            raise MCPError(types.INVALID_REQUEST, "permission_denied: this client may not use memstream") from None
+        FACE.set("mcp")
+        return caller
 
     async def on_list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in list_tools()])
@@ -276,11 +303,7 @@ def build_server(
             return _text_result(failure("internal error; the server log has the details"))
         FACE.set("mcp")
         try:
-            if call is not None:
-                result = await call(caller, params.name, arguments)
-            else:
-                assert engine is not None, "build_server needs an engine or a call"
-                result = await dispatch(engine, caller, params.name, arguments)
+            result = await run_tool(caller, params.name, arguments)
         except Exception:  # dispatch never raises; a bug there must still not become a protocol error
             log.exception("dispatch raised for tool %s", params.name)
             result = failure("internal error; the server log has the details")
@@ -298,6 +321,7 @@ def build_server(
         # check, so nothing pre-empts dispatch, and stops the SDK re-running tools/list on
         # every call to find the schema.
         get_tool_input_schema=lambda _name: None,
+        **resource_handlers(run_tool, caller_of, changes),
     )
     server.middleware.append(_keep_raw_arguments)
     return server
@@ -306,8 +330,9 @@ def build_server(
 # -- stdio --------------------------------------------------------------------------------------
 
 
-async def run_stdio(service: ToolService, callers: CallerFactory) -> None:
+async def run_stdio(service: ToolService, callers: CallerFactory, changes: AgentChanges | None = None) -> None:
     """Serve MCP over this process's stdin/stdout until stdin closes; then close ``service``.
+    With ``changes`` (the service's change feed), resources can be subscribed to.
 
     SIGTERM/SIGINT stop the server the same way. The SDK reads stdin on a worker thread that
     cannot be interrupted, so if stdin is still open one second after the signal, the process
@@ -319,7 +344,7 @@ async def run_stdio(service: ToolService, callers: CallerFactory) -> None:
         # prints while it starts can corrupt the protocol stream.
         async with stdio_server(stdin=cast(Any, _RescuingLines(_stdin_lines()))) as (read_stream, write_stream):
             await service.start()
-            server = build_server(None, callers, call=service.call)
+            server = build_server(None, callers, call=service.call, changes=changes)
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     loop = asyncio.get_running_loop()
@@ -377,8 +402,28 @@ def _loopback_security() -> TransportSecuritySettings:
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
 
 
+SESSION_IDLE_SECONDS = 600.0  # a stateful session nobody used for this long ends (its subscriptions with it)
+MAX_SESSIONS = 10_000
+
+
+def _opens_session(body: bytes) -> bool:
+    """Whether a POST body is a handshake ``initialize`` request (which gets a stateful session)."""
+    if b"initialize" not in body:
+        return False
+    try:
+        msg = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(msg, dict) and msg.get("method") == "initialize"
+
+
 class McpHttpApp:
-    """ASGI app serving MCP streamable HTTP (stateless, JSON responses) over one engine.
+    """ASGI app serving MCP streamable HTTP (JSON responses) over one engine.
+
+    A handshake ``initialize`` opens a stateful session (its answer carries ``Mcp-Session-Id``),
+    so the client can hold a GET stream for resource update notifications; requests carrying that
+    id go to the session. Everything else is served statelessly, as before sessions existed: a
+    client that ignores the session id loses nothing but notifications (docs/mcp.md).
 
     Route it at ``/mcp`` and run :meth:`lifespan` inside the host app's lifespan (docs/mcp.md).
     """
@@ -393,9 +438,15 @@ class McpHttpApp:
         allowed_origins: Sequence[str] | None = None,
         max_request_body_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
         call: RemoteCall | None = None,
+        changes: AgentChanges | None = None,
+        session_idle_seconds: float = SESSION_IDLE_SECONDS,
+        max_sessions: int = MAX_SESSIONS,
     ) -> None:
         self.engine = engine
         self.call = call
+        self.changes = changes
+        self.session_idle_seconds = session_idle_seconds
+        self.max_sessions = max_sessions
         self.caller_factory = caller_factory or http_caller
         self.max_request_body_size = max_request_body_size
         if allowed_hosts is not None:
@@ -410,6 +461,7 @@ class McpHttpApp:
             # Bound to a routable interface without a host list: no Host/Origin check (as the SDK).
             self.security = None
         self._manager: StreamableHTTPSessionManager | None = None
+        self._sessions: StreamableHTTPSessionManager | None = None
 
     @contextlib.asynccontextmanager
     async def lifespan(self, engine: Engine | None = None) -> AsyncIterator[None]:
@@ -418,19 +470,30 @@ class McpHttpApp:
             self.engine = engine
         if self.engine is None and self.call is None:
             raise RuntimeError("McpHttpApp needs an engine (or a remote call)")
+        changes = self.changes if self.changes is not None else engine_changes(self.engine)
+        server = build_server(self.engine, self.caller_factory, call=self.call, changes=changes)
         manager = StreamableHTTPSessionManager(
-            app=build_server(self.engine, self.caller_factory, call=self.call),
+            app=server,
             json_response=True,
             stateless=True,
             security_settings=self.security,
             max_request_body_size=self.max_request_body_size,
         )
-        async with manager.run():
-            self._manager = manager
+        sessions = StreamableHTTPSessionManager(
+            app=server,
+            json_response=True,
+            stateless=False,
+            security_settings=self.security,
+            max_request_body_size=self.max_request_body_size,
+            session_idle_timeout=self.session_idle_seconds,
+            max_sessions=self.max_sessions,
+        )
+        async with manager.run(), sessions.run():
+            self._manager, self._sessions = manager, sessions
             try:
                 yield
             finally:
-                self._manager = None
+                self._manager = self._sessions = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -451,12 +514,22 @@ class McpHttpApp:
             )
             await send({"type": "http.response.body", "body": body})
             return
+        request_body: bytes | None = None
         if scope.get("method") == "POST":
-            scope, receive = await self._rescued(scope, receive)
+            scope, request_body, receive = await self._rescued(scope, receive)
+        sessions = self._sessions
+        if sessions is not None and any(k == b"mcp-session-id" for k, _ in scope["headers"]):
+            await sessions.handle_request(scope, receive, send)
+            return
+        if sessions is not None and request_body is not None and _opens_session(request_body):
+            if await _answered_unless_full(sessions, scope, receive, send):
+                return
+            receive = _replay([_body(request_body)], receive)
         await manager.handle_request(scope, receive, send)
 
-    async def _rescued(self, scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
-        """The request with rescue_frame() applied to its body (read here, replayed to the SDK)."""
+    async def _rescued(self, scope: Scope, receive: Receive) -> tuple[Scope, bytes | None, Receive]:
+        """The request with rescue_frame() applied to its body (read here, replayed to the SDK),
+        and the body (None when it is over the size limit or came in an unusual shape)."""
         chunks: list[bytes] = []
         size = 0
         more = True
@@ -481,12 +554,40 @@ class McpHttpApp:
                 headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
                 scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
         # Over the size limit: replayed as it came, for the SDK to refuse with a 413.
-        queue: list[Message] = [{"type": "http.request", "body": body, "more_body": more}, *trailing]
+        first: Message = {"type": "http.request", "body": body, "more_body": more}
+        whole = body if not more and not trailing else None
+        return scope, whole, _replay([first, *trailing], receive)
 
-        async def replay() -> Message:
-            return queue.pop(0) if queue else await receive()
 
-        return scope, replay
+def _body(body: bytes) -> Message:
+    return {"type": "http.request", "body": body, "more_body": False}
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    queue = list(messages)
+
+    async def replay() -> Message:
+        return queue.pop(0) if queue else await receive()
+
+    return replay
+
+
+async def _answered_unless_full(
+    sessions: StreamableHTTPSessionManager, scope: Scope, receive: Receive, send: Send
+) -> bool:
+    """Let the session manager open a session; False (nothing sent) if it refused with 503 for
+    having too many, so the caller serves the request statelessly instead."""
+    full = False
+
+    async def guarded(message: Message) -> None:
+        nonlocal full
+        if message["type"] == "http.response.start" and message.get("status") == 503:
+            full = True
+        if not full:
+            await send(message)
+
+    await sessions.handle_request(scope, receive, guarded)
+    return not full
 
 
 def streamable_http_app(
