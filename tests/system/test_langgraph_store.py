@@ -367,3 +367,21 @@ async def test_a_state_graph_runs_async_over_the_async_client(tmp_path: Path) ->
         await app.ainvoke({"user": "erin", "said": "I was born in Lisbon", "recalled": []})
         out = await app.ainvoke({"user": "erin", "said": "Where was I born? Lisbon", "recalled": []})
         assert "I was born in Lisbon" in out["recalled"]
+
+
+@pytest.mark.parametrize("place", PLACES)
+async def test_racing_puts_of_one_new_key_leave_one_item(place: str, tmp_path: Path) -> None:
+    """Eight stores (as eight processes would) put the same new key at once: the item's message
+    id lets one store land, the others are skipped and update it, so one memory holds the key."""
+    async with async_client(place, tmp_path) as aclient:
+        stores = [MemstreamStore(aclient) for _ in range(8)]
+        await asyncio.gather(*(st.aput(NS, "race", {"writer": i}) for i, st in enumerate(stores)))
+        listing = await aclient.list_memories(agent_id="alice")
+        assert [m.channel for m in listing.memories] == ["race"]
+        final = [await st.aget(NS, "race") for st in stores]
+        assert all(item is not None for item in final)
+        values = {item.value["writer"] for item in final if item is not None}
+        assert len(values) == 1 and values <= set(range(8))
+        assert listing.memories[0].content == f'{{"writer": {values.pop()}}}'
+        skipped = await aclient.audit_log(agent_id="alice", kind="skipped")
+        assert any(r.why == "duplicate msg_id" for r in skipped.records)
