@@ -71,6 +71,10 @@ class AsyncClient(AsyncTools):
         self._closed = False
         return self
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def _invoke(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         if self._closed:
             raise RuntimeError("this client is closed")

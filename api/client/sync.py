@@ -77,6 +77,10 @@ class Client(SyncTools):
         self._closed = False
         return self
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _invoke(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         if self._closed:
             raise RuntimeError("this client is closed")
