@@ -1,0 +1,70 @@
+"""memstream.client against a Kafka deployment (a router in front of a worker, real processes):
+the same typed answers, error classes and retries under one command id as against the embedded
+server, with agents on different partitions."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from memstream.client import AsyncClient, Client, Conflict, Invalid, Locked, NotFound, UnknownTool
+from memstream.client.results import HistoryResult, RecallResult, StoreResult
+from tests.support.deployment import Deployment
+from tests.support.proxies import ScriptedProxy
+
+pytestmark = [pytest.mark.kafka]
+PARTITIONS = 3
+AGENTS = ("ada", "bo", "cy", "dee")  # more agents than partitions: some share one, none is alone
+
+
+async def test_the_client_through_a_kafka_router(deployment: Deployment) -> None:
+    deployment.worker()
+    deployment.router()
+    await deployment.ready()
+    async with asyncio.timeout(240):
+        with Client(deployment.url, client_id="kafka-notebook") as memory:
+            ids = {}
+            for agent in AGENTS:
+                stored = memory.store(agent, f"{agent} grows tomatoes on the balcony")
+                assert isinstance(stored, StoreResult) and stored.stored and stored.id is not None
+                ids[agent] = stored.id
+            for agent in AGENTS:
+                hits = memory.recall(agent, f"{agent} grows tomatoes on the balcony")
+                assert isinstance(hits, RecallResult) and [h.memory_id for h in hits.messages] == [ids[agent]]
+            assert memory.update_memory(ids["cy"], "cy grows chillies now").updated_id == ids["cy"]
+            assert [m.content for m in memory.list_memories("cy").memories] == ["cy grows chillies now"]
+            history = memory.history(agent_id="cy")
+            assert isinstance(history, HistoryResult)
+            assert [e.type for e in history.events] == ["memory.stored", "memory.updated"]
+            assert {e.actor["client_id"] for e in history.events} == {"kafka-notebook"}
+
+            with pytest.raises(Invalid):
+                memory.store("ada", "")
+            with pytest.raises(NotFound):
+                memory.update_memory(987_654_321, "nothing there")
+            with pytest.raises(UnknownTool):
+                memory.call("no_such_tool", {"agent_id": "ada"})
+            memory.lock_memory(ids["bo"])
+            with pytest.raises(Locked):
+                memory.update_memory(ids["bo"], "edited while locked")
+            second = memory.store("dee", "dee keeps bees").id
+            assert second is not None
+            with pytest.raises(Conflict):  # one copy of a text per bucket
+                memory.update_memory(second, "dee grows tomatoes on the balcony")
+            assert memory.delete_memory(ids["ada"]).deleted_id == ids["ada"]
+            assert memory.list_memories("ada").count == 0
+
+        # A write the router forwarded (the worker applied it) but whose answer was lost is
+        # retried under its command id and applied once.
+        with ScriptedProxy(deployment.url, ["forward-503", "forward-drop"]) as proxy:
+            async with AsyncClient(proxy.url, backoff=0) as memory:
+                stored = await memory.store("ada", "ada repotted the basil")
+                assert stored.stored
+                sent = [orjson.loads(s.body)["command_id"] for s in proxy.seen]
+                assert len(sent) == 3 and len(set(sent)) == 1
+                listed = await memory.list_memories("ada")
+                assert [m.content for m in listed.memories] == ["ada repotted the basil"]
+                events = (await memory.history(agent_id="ada")).events
+                assert [e.command_id for e in events if e.type == "memory.stored"].count(sent[0]) == 1
