@@ -7,7 +7,9 @@ runs. A missing, malformed or unknown token is a 401 before any route (``/v1/too
 is put in the ASGI scope, where the faces' caller factories read it (and nothing else:
 ``X-Client-Id`` is ignored in ACL mode, so a caller cannot name itself). The audit page's
 routes also take the session cookie its login gives a browser (api/faces/sessions.py), and
-only those routes. Tokens are never logged.
+only those routes; the console's session cookie opens the tools, the context routes and the
+change feed, a POST only with the session's CSRF token (api/faces/console/). Tokens are never
+logged.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ AUDIT_PATH = "/audit"
 LOGIN_PATH = "/audit/login"
 # Where the middleware leaves the audit session a cookie named (its logout form's CSRF token).
 SESSION_KEY = "memstream.audit_session"
+# The console (api/faces/console/): its pages check their session themselves; its session cookie
+# (Path=/) stands for a token on the routes its script calls, a POST only with the session's
+# CSRF token in this header.
+CONSOLE_PREFIX = "/console/"
+CONSOLE_COOKIE = "memstream_console"
+CONSOLE_API_PREFIXES = ("/v1/tools/", "/v1/events", "/context/")
+CSRF_HEADER = "x-csrf-token"
 
 
 def is_audit_path(path: str) -> bool:
@@ -96,19 +105,30 @@ class BearerAuth:
         self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") in PUBLIC_PATHS:
+        path = str(scope.get("path") or "")
+        if scope["type"] != "http" or path in PUBLIC_PATHS or path.startswith(CONSOLE_PREFIX):
             await self.app(scope, receive, send)
             return
-        header = cookies = None
+        header = cookies = csrf = None
         for key, value in scope.get("headers") or ():
             if key.lower() == b"authorization" and header is None:
                 header = value.decode("latin-1")
             elif key.lower() == b"cookie" and cookies is None:
                 cookies = value.decode("latin-1")
-        path = str(scope.get("path") or "")
+            elif key.lower() == CSRF_HEADER.encode() and csrf is None:
+                csrf = value.decode("latin-1")
         if header is None and self.sessions is not None and is_audit_path(path):
             await self._audit_session(scope, receive, send, cookies)
             return
+        if header is None and self.sessions is not None and cookies and path.startswith(CONSOLE_API_PREFIXES):
+            session = self.sessions.resolve(cookie_parser(cookies).get(CONSOLE_COOKIE))
+            if session is not None:
+                if scope.get("method") not in ("GET", "HEAD") and not self.sessions.csrf_ok(session, csrf):
+                    await _refuse(send, 403, "forbidden: a console call needs its session's X-CSRF-Token")
+                    return
+                scope[PRINCIPAL_KEY] = session.client_id
+                await self.app(scope, receive, send)
+                return
         client = self.acl.authenticate(bearer_token(header))
         if client is None:
             log.info("401 on %s: %s bearer token", scope.get("path"), "unknown" if header else "no")
@@ -132,6 +152,13 @@ class BearerAuth:
             await RedirectResponse(LOGIN_PATH, status_code=303)(scope, receive, send)
         else:
             await _unauthorized(send)
+
+
+async def _refuse(send: Send, status: int, why: str) -> None:
+    body = orjson.dumps({"ok": False, "error": why})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _unauthorized(send: Send) -> None:
