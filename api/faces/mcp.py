@@ -462,6 +462,7 @@ class McpHttpApp:
             self.security = None
         self._manager: StreamableHTTPSessionManager | None = None
         self._sessions: StreamableHTTPSessionManager | None = None
+        self._owners = SessionOwners(max_sessions)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, engine: Engine | None = None) -> AsyncIterator[None]:
@@ -518,11 +519,17 @@ class McpHttpApp:
         if scope.get("method") == "POST":
             scope, request_body, receive = await self._rescued(scope, receive)
         sessions = self._sessions
-        if sessions is not None and any(k == b"mcp-session-id" for k, _ in scope["headers"]):
+        session_id = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"mcp-session-id"), None)
+        if sessions is not None and session_id is not None:
+            if not self._owners.admits(session_id, scope):
+                await send_json(send, 404, {"jsonrpc": "2.0", "id": None, "error": _SESSION_NOT_FOUND})
+                return
             await sessions.handle_request(scope, receive, send)
+            if scope.get("method") == "DELETE":
+                self._owners.forget(session_id)
             return
         if sessions is not None and request_body is not None and _opens_session(request_body):
-            if await _answered_unless_full(sessions, scope, receive, send):
+            if await _answered_unless_full(sessions, scope, receive, send, self._owners):
                 return
             receive = _replay([_body(request_body)], receive)
         await manager.handle_request(scope, receive, send)
@@ -572,17 +579,61 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     return replay
 
 
+_SESSION_NOT_FOUND = {"code": types.INVALID_REQUEST, "message": "Session not found"}
+
+
+async def send_json(send: Send, status: int, body: Any) -> None:
+    raw = orjson.dumps(body)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": raw})
+
+
+class SessionOwners:
+    """Which authenticated client opened each session (ACL mode), so no other client's token
+    can use it, even knowing its id: such a request is answered as for a session that does not
+    exist (404). Sessions opened without a token (no ACL) are not bound. At most ``limit``
+    are remembered (as many as may be open); a session forgotten that way gets a 404 in ACL
+    mode, and its client opens a new one, as the protocol says."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._owners: dict[str, str] = {}
+
+    def bind(self, session_id: str, scope: Scope) -> None:
+        principal = scope_caller(scope)
+        if principal is None:
+            return
+        self._owners[session_id] = principal.client_id
+        while len(self._owners) > self._limit:
+            del self._owners[next(iter(self._owners))]
+
+    def admits(self, session_id: str, scope: Scope) -> bool:
+        principal = scope_caller(scope)
+        if principal is None:
+            return session_id not in self._owners
+        return self._owners.get(session_id) == principal.client_id
+
+    def forget(self, session_id: str) -> None:
+        self._owners.pop(session_id, None)
+
+
 async def _answered_unless_full(
-    sessions: StreamableHTTPSessionManager, scope: Scope, receive: Receive, send: Send
+    sessions: StreamableHTTPSessionManager, scope: Scope, receive: Receive, send: Send, owners: SessionOwners
 ) -> bool:
-    """Let the session manager open a session; False (nothing sent) if it refused with 503 for
-    having too many, so the caller serves the request statelessly instead."""
+    """Let the session manager open a session (bound to the caller, in ACL mode); False
+    (nothing sent) if it refused with 503 for having too many, so the caller serves the request
+    statelessly instead."""
     full = False
 
     async def guarded(message: Message) -> None:
         nonlocal full
-        if message["type"] == "http.response.start" and message.get("status") == 503:
-            full = True
+        if message["type"] == "http.response.start":
+            if message.get("status") == 503:
+                full = True
+            for key, value in message.get("headers", ()):
+                if key.lower() == b"mcp-session-id":
+                    owners.bind(value.decode("latin-1"), scope)
         if not full:
             await send(message)
 

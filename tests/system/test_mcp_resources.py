@@ -385,3 +385,49 @@ async def test_acl_scopes_list_read_and_subscribe(acl_server: ServerThread) -> N
             with pytest.raises(MCPError, match="permission_denied"):
                 async with modern.listen(resource_subscriptions=[memories_uri("bob")]):
                     pass
+
+
+_INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+}
+_ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+
+
+async def test_acl_binds_a_session_to_the_client_that_opened_it(acl_server: ServerThread) -> None:
+    async with httpx.AsyncClient(base_url=acl_server.url, timeout=30) as http:
+        reader = {**_ACCEPT, "Authorization": f"Bearer {TOKENS['r-alice']}"}
+        opened = await http.post("/mcp", json=_INIT, headers=reader)
+        session = opened.headers["mcp-session-id"]
+        mine = {**reader, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
+        await http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=mine)
+        assert "result" in (await http.post("/mcp", json=_LIST, headers=mine)).json()
+        theirs = {**mine, "Authorization": f"Bearer {TOKENS['admin']}"}
+        stolen = await http.post("/mcp", json=_LIST, headers=theirs)
+        assert stolen.status_code == 404 and stolen.json()["error"]["message"] == "Session not found"
+        assert (await http.delete("/mcp", headers=theirs)).status_code == 404
+        assert (await http.delete("/mcp", headers=mine)).status_code in (200, 204)
+
+
+async def test_at_the_session_limit_initialize_is_served_statelessly(tmp_path: Path) -> None:
+    from memstream.api.faces.mcp import McpHttpApp
+    from memstream.api.services.engine import EmbeddedEngine
+
+    engine = EmbeddedEngine(load_settings(env=_env(tmp_path / "data")))
+    await engine.start()
+    app = McpHttpApp(engine, max_sessions=1)
+    try:
+        async with asyncio.timeout(DEADLINE_S), app.lifespan():
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=30) as http:
+                first = await http.post("/mcp", json=_INIT, headers=_ACCEPT)
+                assert first.status_code == 200 and first.headers.get("mcp-session-id")
+                second = await http.post("/mcp", json=_INIT, headers=_ACCEPT)
+                assert second.status_code == 200, second.text
+                assert "mcp-session-id" not in second.headers
+                assert second.json()["result"]["serverInfo"]["name"] == "memstream"
+    finally:
+        await engine.close()
