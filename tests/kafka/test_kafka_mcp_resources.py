@@ -1,0 +1,72 @@
+"""MCP resources in Kafka mode: the router serves them read-only, each read forwarded to the
+worker owning the agent like the tool it runs; it advertises no subscriptions and refuses
+resources/subscribe (docs/mcp.md, "Resources and subscriptions")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+import warnings
+from collections.abc import Iterator
+
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from memstream.api.faces.mcp_resources import memories_uri, memory_uri
+from tests.support.deployment import shared_deployment
+
+pytestmark = [pytest.mark.kafka, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+@pytest.fixture(scope="module")
+def router_url() -> Iterator[str]:
+    with shared_deployment() as url:
+        yield url
+
+
+def _text(result: types.CallToolResult | types.ReadResourceResult) -> dict[str, object]:
+    if isinstance(result, types.ReadResourceResult):
+        block = result.contents[0]
+        assert isinstance(block, types.TextResourceContents)
+        return dict(json.loads(block.text))
+    content = result.content[0]
+    assert isinstance(content, types.TextContent)
+    return dict(json.loads(content.text))
+
+
+async def test_router_serves_resources_read_only(router_url: str) -> None:
+    agents = [f"kres-{uuid.uuid4().hex[:8]}" for _ in range(3)]  # on different partitions, likely
+    async with (
+        asyncio.timeout(120),
+        httpx2.AsyncClient(headers={"X-Client-Id": "kres"}, timeout=httpx2.Timeout(60.0)) as http,
+        Client(streamable_http_client(f"{router_url}/mcp", http_client=http), mode="legacy") as client,
+    ):
+        caps = client.server_capabilities.resources
+        assert caps is not None and not caps.subscribe
+        ids = {}
+        for agent in agents:
+            stored = _text(await client.call_tool("store", {"agent_id": agent, "content": f"{agent} was here"}))
+            assert stored.get("result") == "stored", stored
+            ids[agent] = int(str(stored["id"]))
+        edited = {"agent_id": agents[0], "memory_id": ids[agents[0]], "content": "edited on its worker"}
+        assert _text(await client.call_tool("update_memory", edited)).get("ok") is True
+
+        listed = {r.uri for r in (await client.list_resources()).resources}
+        assert {memories_uri(a) for a in agents} <= listed
+        for agent in agents:
+            page = _text(await client.read_resource(memories_uri(agent)))
+            contents = [m["content"] for m in page["memories"]]  # type: ignore[attr-defined]
+            assert contents == (["edited on its worker"] if agent == agents[0] else [f"{agent} was here"])
+        one = _text(await client.read_resource(memory_uri(agents[0], ids[agents[0]])))
+        versions = [v["content"] for v in one["versions"]]  # type: ignore[attr-defined]
+        assert versions == [f"{agents[0]} was here", "edited on its worker"]
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(MCPError):
+                await client.subscribe_resource(memories_uri(agents[0]))
