@@ -8,6 +8,7 @@ batch) or in a worker thread (from a caller's running loop, so the loop is never
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -157,4 +158,4 @@ class Blocking:
 
 def is_async_client(client: object) -> bool:
     """An ``AsyncClient`` (its calls are coroutines) rather than a blocking ``Client``."""
-    return asyncio.iscoroutinefunction(getattr(client, "history", None))
+    return inspect.iscoroutinefunction(getattr(client, "history", None))
