@@ -30,5 +30,5 @@ setup(
     # Namespace discovery, so data folders (e.g. the embedder's vocabulary) ship as packages.
     packages=packages,
     package_dir={**{f"memstream.{root}": root for root in ROOTS}, **RENAMED},
-    package_data={"": ["*.txt", "*.json", "*.html", "*.js", "*.css"]},
+    package_data={"": ["*.txt", "*.json", "*.html", "*.js", "*.css", "*.svg"]},
 )

@@ -31,7 +31,11 @@ from memstream.api.faces.sessions import LOGIN_NONCE_S, AuditSessions, Session
 from memstream.api.services.acl import AclConfig
 
 STATIC = Path(__file__).resolve().parent / "static"
-ASSETS = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
+ASSETS = {
+    "console.js": "text/javascript; charset=utf-8",
+    "console.css": "text/css; charset=utf-8",
+    "icon.svg": "image/svg+xml",
+}
 LOGIN_PATH = "/console/login"
 LOGOUT_PATH = "/console/logout"
 LOGIN_COOKIE = "memstream_console_login"
@@ -58,7 +62,8 @@ def _doc(title: str, body: str, head: str = "") -> str:
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{_e(title)}</title><link rel='stylesheet' href='/console/static/console.css'>{head}"
+        f"<title>{_e(title)}</title><link rel='icon' href='/console/static/icon.svg' type='image/svg+xml'>"
+        f"<link rel='stylesheet' href='/console/static/console.css'>{head}"
         f"</head><body>{body}</body></html>"
     )
 
