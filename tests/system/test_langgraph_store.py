@@ -385,3 +385,14 @@ async def test_racing_puts_of_one_new_key_leave_one_item(place: str, tmp_path: P
         assert listing.memories[0].content == f'{{"writer": {values.pop()}}}'
         skipped = await aclient.audit_log(agent_id="alice", kind="skipped")
         assert any(r.why == "duplicate msg_id" for r in skipped.records)
+
+
+async def test_a_blocking_store_called_on_a_running_loop(tmp_path: Path) -> None:
+    """A notebook cell or an async app may call the blocking methods on its loop's thread: the
+    store runs the batch in a thread of its own rather than failing on the live loop."""
+    with blocking_client("local", tmp_path) as client:
+        store = MemstreamStore(client)
+        store.put(NS, "k", {"v": 1})
+        item = store.get(NS, "k")
+        assert item is not None and item.value == {"v": 1}
+        assert [i.key for i in await store.asearch(NS)] == ["k"]
