@@ -3,6 +3,7 @@ console), on what (data directory or Kafka deployment) and with which access con
 
 from __future__ import annotations
 
+import logging
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -12,6 +13,8 @@ from typing import Any
 
 import click
 import uvicorn
+
+from memstream.api.services.logs import JsonFormatter
 
 
 @dataclass(frozen=True)
@@ -33,9 +36,9 @@ def base_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def banner(url: str, paths: set[str], served: Served) -> list[str]:
-    """The lines to print: a page is named only if the app serves it (the Kafka router has no
-    /docs; the console is wherever `/` is served)."""
+def banner(url: str, paths: set[str], served: Served) -> list[tuple[str, str]]:
+    """What to say, label by label: a page is named only if the app serves it (the Kafka router
+    has no /docs; the console is wherever `/` is served)."""
     where = [("MCP (streamable HTTP)", f"{url}/mcp"), ("HTTP tools", f"{url}/v1/tools/<name>")]
     if "/docs" in paths:
         where.append(("API docs", f"{url}/docs"))
@@ -51,8 +54,25 @@ def banner(url: str, paths: set[str], served: Served) -> list[str]:
         where.append(("access control", "off: every caller reaches every agent (no MEMSTREAM_ACL_FILE)"))
     else:
         where.append(("access control", f"on: bearer tokens from {served.acl_file}"))
+    return where
+
+
+def as_text(url: str, where: list[tuple[str, str]]) -> str:
     width = max(len(label) for label, _ in where) + 1
-    return [f"memstream is listening on {url}", *(f"  {label + ':':<{width}} {value}" for label, value in where)]
+    return "\n".join([f"memstream is listening on {url}", *(f"  {label + ':':<{width}} {v}" for label, v in where)])
+
+
+def announce(url: str, where: list[tuple[str, str]]) -> None:
+    """Text lines for a person; with JSON logs (MEMSTREAM_LOG_FORMAT=json) one log record whose
+    fields are the banner's (``mcp``, ``api_docs``, ``data_directory`` …), so stderr stays JSON lines."""
+    if any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers):
+        fields = {label.split(" (")[0].lower().replace(" ", "_"): value for label, value in where}
+        logger = logging.getLogger("memstream")
+        msg, extra = "memstream is listening on %s", {"url": url, **fields}
+        # handle(), not info(): printed whatever --log-level says, as the text banner is.
+        logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, msg, (url,), None, extra=extra))
+    else:
+        click.echo(as_text(url, where), err=True)
 
 
 def route_paths(app: Any) -> set[str]:
@@ -91,11 +111,12 @@ def serve_app(app: Any, host: str, port: int, served: Served) -> None:
     listens; exit 3 (uvicorn's start-up failure) if it never did."""
     paths = route_paths(app)
 
-    def announce(bound_host: str, bound_port: int) -> None:
-        click.echo("\n".join(banner(base_url(bound_host, bound_port), paths, served)), err=True)
+    def listening(bound_host: str, bound_port: int) -> None:
+        url = base_url(bound_host, bound_port)
+        announce(url, banner(url, paths, served))
 
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    server = AnnouncingServer(config, announce)
+    server = AnnouncingServer(config, listening)
     server.run()
     if not server.started:
         sys.exit(3)

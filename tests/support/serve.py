@@ -3,6 +3,7 @@ the URLs and settings it announced, parsed from stderr."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -17,13 +18,19 @@ from pathlib import Path
 import pytest
 
 BIN = Path(sys.executable).parent  # the venv's bin: `memstream` is installed there
-BANNER_END = "  access control:"  # the banner's last line
+BANNER_END = "  access control:"  # the banner's last line (text logs)
 START_TIMEOUT_S = 120.0
+
+
+def _is_banner_end(line: str) -> bool:
+    """The text banner's last line, or the banner's one record of JSON logs."""
+    return line.startswith(BANNER_END) or (line.startswith("{") and '"access_control":' in line)
 
 
 @dataclass
 class Served:
-    """What the process announced: its first line, and each ``label: value`` below it."""
+    """What the process announced: its first line and each ``label: value`` below it (with JSON
+    logs: the record's message and fields)."""
 
     headline: str
     fields: dict[str, str]
@@ -31,13 +38,15 @@ class Served:
 
 
 def _parse(lines: list[str]) -> Served:
-    start = next(i for i, line in enumerate(lines) if line.startswith("memstream is listening on "))
+    end = next(i for i, line in enumerate(lines) if _is_banner_end(line))
+    if lines[end].startswith("{"):  # JSON logs: the record's fields
+        record = json.loads(lines[end])
+        return Served(record["msg"], {k: str(v) for k, v in record.items()}, lines)
+    start = max(i for i, line in enumerate(lines[:end]) if line.startswith("memstream is listening on "))
     fields: dict[str, str] = {}
-    for line in lines[start + 1 :]:
+    for line in lines[start + 1 : end + 1]:
         label, _, value = line.strip().partition(": ")
         fields[label] = value.strip()
-        if line.startswith(BANNER_END):
-            break
     return Served(lines[start], fields, lines)
 
 
@@ -62,7 +71,7 @@ def serve_process(args: list[str], env: dict[str, str]) -> Iterator[Served]:
         announced = False
         for line in proc.stderr:
             lines.append(line.rstrip("\n"))
-            if not announced and line.startswith(BANNER_END):
+            if not announced and _is_banner_end(line):
                 announced = True
                 done.put(True)
         done.put(False)

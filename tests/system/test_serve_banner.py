@@ -5,6 +5,7 @@ deployment) and whether tokens are required; every URL it prints answers."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,9 @@ async def mcp_tools(url: str, token: str | None) -> set[str]:
 
 
 def check_pages(fields: dict[str, str], headers: dict[str, str]) -> None:
-    """The pages it names are served: the console and the docs (HTML, public in ACL mode too)."""
-    with httpx.Client(timeout=30) as http:
+    """The pages it names are served: the console and the docs (HTML; in ACL mode the console
+    redirects to its login page)."""
+    with httpx.Client(timeout=30, follow_redirects=True) as http:  # ACL mode: the console sends to its login
         for label in ("API docs", "console"):
             r = http.get(fields[label], headers=headers)
             assert r.status_code == 200 and "text/html" in r.headers["content-type"], (label, r.status_code)
@@ -104,3 +106,15 @@ def test_kafka_router_prints_where_it_listens(tmp_path: Path) -> None:
             assert "store" in asyncio.run(mcp_tools(f["MCP (streamable HTTP)"], None))
     finally:
         asyncio.run(drop_topics(cfg.prefix))
+
+
+def test_with_json_logs_the_banner_is_one_record_and_stderr_stays_json(tmp_path: Path) -> None:
+    env = {"MEMSTREAM_EMBEDDER": "none", "MEMSTREAM_LOG_FORMAT": "json"}
+    with serve_process(["--data-dir", str(tmp_path / "data"), "--port", "0"], env) as served:
+        f = served.fields
+        assert served.headline == f"memstream is listening on {f['url']}"
+        assert f["mcp"] == f"{f['url']}/mcp" and f["data_directory"] == str(tmp_path / "data")
+        assert f["access_control"].startswith("off") and f["level"] == "INFO"
+        check_pages({"API docs": f["api_docs"], "console": f["console"]}, {})
+        lines = list(served.stderr)
+    assert lines and all(isinstance(json.loads(line), dict) for line in lines), lines
