@@ -12,7 +12,12 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 
+from memstream.api.services.settings import load_settings
+from memstream.client import Client
+from memstream.client.errors import MemstreamError, PermissionDenied
+from tests.support.acl import ACL, TOKENS, write_acl
 from tests.support.integrations import PLACES, async_client, blocking_client, require_extra
+from tests.support.servers import ServerThread
 
 require_extra("langgraph", "langgraph")
 
@@ -27,7 +32,6 @@ from langgraph.store.base import (  # noqa: E402
     SearchOp,
 )
 
-from memstream.client.errors import MemstreamError  # noqa: E402
 from memstream.integrations.langgraph import MemstreamStore  # noqa: E402
 
 
@@ -396,3 +400,26 @@ async def test_a_blocking_store_called_on_a_running_loop(tmp_path: Path) -> None
         item = store.get(NS, "k")
         assert item is not None and item.value == {"v": 1}
         assert [i.key for i in await store.asearch(NS)] == ["k"]
+
+
+def test_acl_mode_a_token_reaches_only_its_agents(tmp_path: Path) -> None:
+    """The store speaks as the client's token: namespaces of agents it may not write are refused
+    with the client's PermissionDenied, and nothing lands; reads follow the read grants."""
+    acl = write_acl(tmp_path / "acl.json", ACL)
+    settings = load_settings(env={}, data_dir=tmp_path / "data", sync="NORMAL", acl_file=acl)
+    with (
+        ServerThread(settings) as server,
+        Client(server.url, TOKENS["rw-alice"]) as alice_writer,
+        Client(server.url, TOKENS["r-alice"]) as alice_reader,
+    ):
+        writer, reader = MemstreamStore(alice_writer), MemstreamStore(alice_reader)
+        writer.put(NS, "k", {"v": 1})
+        with pytest.raises(PermissionDenied):
+            writer.put(("bob", "prefs"), "k", {"v": 1})
+        with pytest.raises(PermissionDenied):
+            reader.put(NS, "k2", {"v": 2})
+        item = reader.get(NS, "k")
+        assert item is not None and item.value == {"v": 1}
+        assert [i.key for i in reader.search(NS)] == ["k"]
+        with pytest.raises(PermissionDenied):
+            reader.get(("bob", "prefs"), "k")
