@@ -113,6 +113,8 @@ async def _stdio(data: Path, tmp: Path, mode: str, notes: Notes | None = None) -
             errlog.flush()
             sys.stderr.write(errlog_path.read_text())
             raise
+    # Subscriptions still open when stdin closed did not keep the engine from closing cleanly.
+    assert "engine closed" in errlog_path.read_text(), errlog_path.read_text()
 
 
 # -- pure parts ---------------------------------------------------------------------------------
