@@ -14,7 +14,7 @@ from typing import Any
 from memstream.api.services.settings import Settings
 from memstream.projections.catalog import ReadModelOptions, factories
 from memstream.projections.runner import ProjectionRunner
-from memstream.streams.buses.embedded import DECISION_SNAPSHOT, catch_up_decision_state, load_decision_state
+from memstream.streams.buses.embedded import DECISION_SNAPSHOT, catch_up_decision_state, restore_decision_state
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.log.sqlite import SqliteLog
 from memstream.streams.snapshots import SnapshotStore
@@ -28,13 +28,23 @@ def rebuild_all(
     log = SqliteLog(settings.log_path, num_partitions=settings.partitions, synchronous=settings.sync)
     snapshots = SnapshotStore(settings.snapshot_dir)
     try:
+        # The live side is read from its checkpoints first, then the log's ends are taken: on a
+        # live store (servers writing meanwhile) both sides are folded to exactly those ends.
+        live_runner: ProjectionRunner | None = None
+        live_decision: DecisionState | None = None
+        if stop is None:
+            # Digests leave vector graphs out (derived data): the live state is loaded without them.
+            live_runner = ProjectionRunner(log, factories(snapshots, ReadModelOptions(vector_graphs=False)), snapshots)
+            live_runner.restore()
+            live_decision = restore_decision_state(log, snapshots)
         end = log.end_offset() if stop is None else min(stop, log.end_offset())
+        ends = (end, log.audit_end_offset())
         started = time.perf_counter()
         fresh = ProjectionRunner(log, factories(snapshots, settings.read_model_options), snapshots=None)
         fresh.catch_up(end, progress=(lambda done, total: progress("read models", done, total)) if progress else None)
         decision = DecisionState(log.num_partitions)
         if stop is None:
-            catch_up_decision_state(log, decision)
+            catch_up_decision_state(log, decision, stop=ends)
         seconds = time.perf_counter() - started
         report: dict[str, Any] = {
             "offset": end - 1,
@@ -50,15 +60,12 @@ def rebuild_all(
             rebuilt["decision"] = decision.digest()
         phases["digests"] = time.perf_counter() - mark
         report["phases_s"] = phases
-        if stop is None:
+        if live_runner is not None and live_decision is not None:
             mark = time.perf_counter()
-            # Digests leave vector graphs out (derived data): the live state is loaded without them.
-            live_options = ReadModelOptions(vector_graphs=False)
-            live_runner = ProjectionRunner(log, factories(snapshots, live_options), snapshots)
-            live_runner.restore()
-            live_runner.catch_up()
+            live_runner.catch_up(end)
             live = live_runner.digests()
-            live["decision"] = load_decision_state(log, snapshots).digest()
+            catch_up_decision_state(log, live_decision, stop=ends)
+            live["decision"] = live_decision.digest()
             phases["live"] = time.perf_counter() - mark
             for name, digest in rebuilt.items():
                 report["projections"][name] = {"rebuilt": digest, "live": live[name], "equal": digest == live[name]}

@@ -34,9 +34,8 @@ class _Pending:
     future: asyncio.Future[Committed]
 
 
-def load_decision_state(log_: SqliteLog, snapshots: SnapshotStore | None) -> DecisionState:
-    """The decision state from its snapshot (if sound and compatible) plus the log's tail."""
-    state: DecisionState | None = None
+def restore_decision_state(log_: SqliteLog, snapshots: SnapshotStore | None) -> DecisionState:
+    """The decision state of its snapshot, if sound and compatible (else empty), not caught up."""
     if snapshots is not None:
         body = snapshots.load(DECISION_SNAPSHOT)
         if (
@@ -44,36 +43,58 @@ def load_decision_state(log_: SqliteLog, snapshots: SnapshotStore | None) -> Dec
             and body.get("format") == DecisionState.FORMAT
             and body.get("num_partitions") == log_.num_partitions
         ):
-            state = DecisionState.from_snapshot(body)
-    if state is None:
-        state = DecisionState(log_.num_partitions)
+            return DecisionState.from_snapshot(body)
+    return DecisionState(log_.num_partitions)
+
+
+def load_decision_state(log_: SqliteLog, snapshots: SnapshotStore | None) -> DecisionState:
+    """The decision state from its snapshot (if sound and compatible) plus the log's tail."""
+    state = restore_decision_state(log_, snapshots)
     catch_up_decision_state(log_, state)
     return state
 
 
-def catch_up_decision_state(log_: SqliteLog, state: DecisionState, conn: sqlite3.Connection | None = None) -> int:
+def catch_up_decision_state(
+    log_: SqliteLog,
+    state: DecisionState,
+    conn: sqlite3.Connection | None = None,
+    *,
+    stop: tuple[int, int] | None = None,
+) -> int:
     """Fold every event and audit record the state has not seen yet; returns how many.
+    ``stop``: (events end, audit end), exclusive: fold only up to there, and only the audit
+    records decided before the events end (what a rebuild on a live log compares with).
 
     Audit records carry the event offset they were decided after, so the two tables are
     merged back into the order the decider saw them: the command-id memo (and its bounded
     window) is then identical on every replay.
     """
     db = conn if conn is not None else log_.connection()
-    behind = log_.end_offset() - 1 - state.event_offset if conn is None else 0
+    if stop is not None:
+        behind = stop[0] - 1 - state.event_offset
+    else:
+        behind = log_.end_offset() - 1 - state.event_offset if conn is None else 0
     with bulk_fold(behind):
-        return _catch_up(db, state)
+        return _catch_up(db, state, stop)
 
 
-def _catch_up(db: sqlite3.Connection, state: DecisionState) -> int:
+def _catch_up(db: sqlite3.Connection, state: DecisionState, stop: tuple[int, int] | None = None) -> int:
     n = 0
+    events_sql = 'SELECT "offset", value FROM events WHERE "offset" > ?'
+    audit_sql = 'SELECT "offset", after_event, value FROM audit WHERE "offset" > ?'
+    limits: tuple[int, ...] = ()
+    if stop is not None:
+        events_sql += ' AND "offset" < ?'
+        audit_sql += ' AND "offset" < ? AND after_event < ?'
+        limits = (stop[1], stop[0])
     while True:
         rows = db.execute(
-            'SELECT "offset", value FROM events WHERE "offset" > ? ORDER BY "offset" LIMIT 5000',
-            (state.event_offset,),
+            events_sql + ' ORDER BY "offset" LIMIT 5000',
+            (state.event_offset, *([stop[0]] if stop is not None else [])),
         ).fetchall()
         bound = rows[-1][0] if len(rows) == 5000 else None
-        sql = 'SELECT "offset", after_event, value FROM audit WHERE "offset" > ?'
-        args: tuple[int, ...] = (state.audit_offset,)
+        sql = audit_sql
+        args: tuple[int, ...] = (state.audit_offset, *limits)
         if bound is not None:
             sql += " AND after_event < ?"
             args += (bound,)
