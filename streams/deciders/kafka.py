@@ -218,8 +218,13 @@ class KafkaDecider:
                 if reply_to is not None:
                     replies.append((reply_to, item.command_id, committed))
             pending = await self._enqueue(events, audits)
-        except BaseException:
-            self.states.pop(partition, None)  # folded ahead of the log: fold afresh next time
+        except BaseException as exc:
+            self.states.pop(partition, None)  # folded ahead of the log
+            if isinstance(exc, Exception):
+                # Queueing failed part-way (the producer's buffer stayed full past its timeout
+                # while the broker was away): what was queued may still land, so a state
+                # folded again from the log now could decide at offsets those records take.
+                self._fail(partition, exc)
             raise
         self.decided += len(items)
         # The next batch is decided while this one's acknowledgements are in flight; replies
@@ -252,6 +257,15 @@ class KafkaDecider:
         futures += await self.kafka.enqueue(cfg.audit_topic, audit_records) if audits else []
         return futures
 
+    def _fail(self, partition: int, exc: BaseException) -> None:
+        """An append failed or may land where this decider no longer expects it: no decision
+        may build on its states any more. The first failure stops the worker."""
+        if self.failure is None:
+            self.failure = exc
+            log.critical("append failed on partition %d; the worker stops: %s", partition, exc)
+            if self.on_failure is not None:
+                self.on_failure(exc)
+
     async def _complete(
         self,
         previous: asyncio.Task[None] | None,
@@ -277,11 +291,7 @@ class KafkaDecider:
             for r, _, _ in replies:
                 if isinstance(r, asyncio.Future) and not r.done():
                     r.set_exception(LogUnavailable(f"the append failed: {type(exc).__name__}: {exc}"))
-            if self.failure is None:
-                self.failure = exc
-                log.critical("append failed on partition %d; the worker stops: %s", partition, exc)
-                if self.on_failure is not None:
-                    self.on_failure(exc)
+            self._fail(partition, exc)
             raise
         if self.on_appended is not None and events:
             try:
