@@ -88,7 +88,6 @@ def shell(session: Session | None) -> str:
         "placeholder='now (offset or ISO time)' size='26' autocomplete='off'></label>"
         "<button type='submit'>Go</button><button type='button' id='asof-now'>Now</button></form>"
         f"<span id='live' class='live off' title='change feed'>live: off</span>{signed_in}</header>"
-        "<div id='banner' class='banner' hidden></div>"
         "<main id='view'><p class='muted'>Loading…</p></main>"
         "<aside id='feed' class='feed'><h2>Live changes</h2><ol id='feed-list'></ol></aside>"
     )

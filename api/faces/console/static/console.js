@@ -184,7 +184,10 @@
       chips.push(h("span", { class: "chip" }, "unscored (filled in)"));
     }
     if (msg.confidence !== undefined) chips.push(h("span", { class: "chip" }, `confidence ${fmt(msg.confidence)}`));
-    if (msg.standing) chips.push(h("span", { class: "chip standing" }, `standing ${msg.standing.standing || JSON.stringify(msg.standing)}`));
+    if (msg.standing) {
+      const standing = typeof msg.standing === "string" ? msg.standing : msg.standing.standing || JSON.stringify(msg.standing);
+      chips.push(h("span", { class: "chip standing" }, `standing: ${standing}`));
+    }
     return h("div", { class: "reason" }, chips);
   }
 
@@ -399,6 +402,18 @@
         a.y = Math.min(height - 20, Math.max(20, a.y + (a.dy / len) * cap));
       }
     }
+    // Fill the drawing: scale the layout's extent to the box (at most 2.5x), centred, with room
+    // on the right for the labels.
+    if (n === 0) return;
+    const xs = nodes.map((a) => a.x), ys = nodes.map((a) => a.y);
+    const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+    const margin = 40, labels = 220;
+    const scale = Math.min((width - margin - labels) / Math.max(x1 - x0, 1), (height - 2 * margin) / Math.max(y1 - y0, 1), 2.5);
+    const left = (width - labels - (x1 - x0) * scale) / 2, cy = (y0 + y1) / 2;
+    for (const a of nodes) {
+      a.x = left + (a.x - x0) * scale;
+      a.y = height / 2 + (a.y - cy) * scale;
+    }
   }
 
   function short(text, n) {
@@ -505,6 +520,7 @@
   const feedList = document.getElementById("feed-list");
   let source = null;
   let retryMs = 1000;
+  let reconnecting = false; // the last stream was closed for good: the next one is a fresh start
   let refreshTimer = null;
 
   function setLive(on, text) {
@@ -541,14 +557,23 @@
 
   function connect() {
     if (typeof EventSource === "undefined") return setLive(false, "live: unsupported");
-    source = new EventSource("/v1/events", { withCredentials: false });
-    source.addEventListener("open", () => setLive(true, "live"));
+    const again = reconnecting;
+    reconnecting = false;
+    source = new EventSource("/v1/events");
+    source.addEventListener("open", () => {
+      setLive(true, "live");
+      retryMs = 1000;
+      // A new stream starts at the log's end: what changed while none was open is not in the
+      // panel, so a view of now is read again.
+      if (again && asOf === null) route();
+    });
     for (const t of EVENT_TYPES) source.addEventListener(t, onEvent);
     source.addEventListener("cutoff", () => setLive(false, "live: catching up"));
     source.addEventListener("error", () => {
       if (source.readyState === EventSource.CLOSED) {
         setLive(false, "live: off");
         source = null;
+        reconnecting = true;
         setTimeout(connect, retryMs);
         retryMs = Math.min(retryMs * 2, 30000);
       } else {
