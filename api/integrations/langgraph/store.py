@@ -35,6 +35,7 @@ from .filters import passes, path_matches
 from .index import MARK, Entry, ItemIndex
 from .layout import Layout, check_key, msg_id
 
+PUT_ATTEMPTS = 8  # looks at a key another writer keeps storing and deleting before giving up
 RECALL_DEPTH = 100  # rows asked of recall per agent: the tool's maximum, so filters have room
 
 
@@ -152,10 +153,9 @@ class MemstreamStore(BaseStore):
 
     async def _put(self, calls: AsyncCalls, op: PutOp, synced: set[str]) -> None:
         agent, project = self.layout.place(op.namespace)
-        index = await self._index(calls, agent, synced)
-        entry = index.get(op.namespace, op.key)
-        synced.discard(agent)
         if op.value is None:
+            entry = (await self._index(calls, agent, synced)).get(op.namespace, op.key)
+            synced.discard(agent)
             if entry is not None:
                 # Deleted by someone else meanwhile: the item is gone either way.
                 with contextlib.suppress(NotFound):
@@ -163,24 +163,30 @@ class MemstreamStore(BaseStore):
             return
         check_key(op.key)
         content = encode(dict(op.value))
-        if entry is not None and await self._replace(calls, agent, entry.memory_id, content, entry.content):
+        for _ in range(PUT_ATTEMPTS):
+            entry = (await self._index(calls, agent, synced)).get(op.namespace, op.key)
+            synced.discard(agent)
+            if entry is not None:
+                if await self._replace(calls, agent, entry.memory_id, content, entry.content):
+                    return
+                continue  # deleted meanwhile: look again
+            stored = await calls.store(
+                content=content,
+                agent_id=agent,
+                id=msg_id(op.namespace, op.key),
+                metadata={MARK: {"namespace": list(op.namespace), "key": op.key}},
+                channel=op.key,
+                project_id=project,
+            )
+            if stored.result != "stored" or stored.id is None:
+                # Skipped: another writer stored this key since we looked. Look again and
+                # update what it stored: the later put wins, as in any LangGraph store.
+                continue
+            if stored.truncated:
+                await calls.delete_memory(agent_id=agent, memory_id=stored.id)
+                raise ValueError(_too_long(op, content))
             return
-        stored = await calls.store(
-            content=content,
-            agent_id=agent,
-            id=msg_id(op.namespace, op.key),
-            metadata={MARK: {"namespace": list(op.namespace), "key": op.key}},
-            channel=op.key,
-            project_id=project,
-        )
-        if stored.id is None:
-            raise RuntimeError(f"memstream answered a store without an id: {stored!r}")
-        if stored.result == "skipped":
-            # Another writer stored this key first: the later put wins, as in any LangGraph store.
-            await self._replace(calls, agent, stored.id, content, None)
-        elif stored.truncated:
-            await calls.delete_memory(agent_id=agent, memory_id=stored.id)
-            raise ValueError(_too_long(op, content))
+        raise RuntimeError(f"could not put {op.namespace!r}/{op.key!r}: other writers kept changing it")
 
     async def _replace(self, calls: AsyncCalls, agent: str, memory_id: int, content: str, previous: str | None) -> bool:
         """Update in place; False when the memory is gone (then the caller stores anew)."""
