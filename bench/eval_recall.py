@@ -135,6 +135,9 @@ class Dataset:
     qrels: Qrels  # query id -> {doc id -> grade}
     meta: dict[str, Any] = field(default_factory=dict)
     half_of: dict[str, str] = field(default_factory=dict)  # query id -> "dev" | "test"
+    # doc or query id -> the agent it is stored / asked under (LoCoMo: one agent per conversation);
+    # ids not in it use AGENT
+    agent_of: dict[str, str] = field(default_factory=dict)
 
     def relevant(self, qid: str) -> set[str]:
         return {d for d, g in self.qrels.get(qid, {}).items() if g > 0}
@@ -179,7 +182,10 @@ def _sha256(path: Path) -> str:
 
 def load_dataset(root: Path = DATA_DIR) -> Dataset:
     """``corpus.jsonl`` ({"id", "text"}), ``queries*.jsonl`` ({"id", "text", "set"?}; without a
-    ``set`` a record belongs to the set its file names, ``queries.<set>.jsonl``), ``qrels.tsv``."""
+    ``set`` a record belongs to the set its file names, ``queries.<set>.jsonl``), ``qrels.tsv``.
+    A folder of LoCoMo conversations (``conv-*.json``, no ``qrels.tsv``) loads with ``load_locomo``."""
+    if not (root / "qrels.tsv").exists() and any(root.glob("conv-*.json")):
+        return load_locomo(root)
     docs = {r["id"]: r["text"] for r in _read_jsonl(root / "corpus.jsonl")}
     query_files = sorted(root.glob("queries*.jsonl"))
     if not query_files:
@@ -193,6 +199,65 @@ def load_dataset(root: Path = DATA_DIR) -> Dataset:
     files = {p.name: _sha256(p) for p in [root / "corpus.jsonl", *query_files, root / "qrels.tsv"]}
     where = str(root.relative_to(REPO)) if root.is_relative_to(REPO) else str(root)
     return Dataset(docs, sets, qrels, {"path": where, "sha256": files})
+
+
+# LoCoMo categories 1-4 (5, adversarial, has no evidence to find and is not asked)
+LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+_DIA_ID = re.compile(r"D\d+:\d+")
+
+
+def locomo_turn_text(date: str, turn: Mapping[str, Any]) -> str:
+    """A turn as one memory: ``[session date] Speaker: text``, plus the shared photo's caption."""
+    text = f"[{date}] {turn['speaker']}: {turn['text']}"
+    caption = turn.get("blip_caption")
+    return f"{text} [shares a photo: {caption}]" if caption else text
+
+
+def locomo_sessions(conv: Mapping[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(date, turns) per session, in session order (``session_N`` and ``session_N_date_time``)."""
+    nums = sorted(int(k.split("_")[1]) for k in conv if re.fullmatch(r"session_\d+", k))
+    return [(str(conv.get(f"session_{n}_date_time", "")), list(conv[f"session_{n}"])) for n in nums]
+
+
+def load_locomo(root: Path) -> Dataset:
+    """LoCoMo conversations (``conv-*.json``) as a retrieval task: every turn one memory of its
+    conversation's agent (doc id ``<conv>/<dia_id>``), every question of categories 1-4 with an
+    evidence turn one query of its category's set, its evidence turns the relevant documents.
+    Evidence entries are read for every ``D<n>:<m>`` they hold (one entry joins two with "; ");
+    ids that name no turn are dropped, and a question left with none is not asked."""
+    docs: dict[str, str] = {}
+    sets: dict[str, dict[str, str]] = {name: {} for name in LOCOMO_CATEGORIES.values()}
+    qrels: Qrels = {}
+    agent_of: dict[str, str] = {}
+    files = sorted(root.glob("conv-*.json"))
+    if not files:
+        raise FileNotFoundError(f"no conv-*.json in {root}")
+    for path in files:
+        conv_id = path.stem
+        conv = json.loads(path.read_text(encoding="utf-8"))
+        data = conv.get("conversation", conv)  # the upstream file nests the turns one level down
+        agent = f"locomo-{conv_id}"
+        for date, turns in locomo_sessions(data):
+            for turn in turns:
+                did = f"{conv_id}/{turn['dia_id']}"
+                docs[did] = locomo_turn_text(date, turn)
+                agent_of[did] = agent
+        for n, qa in enumerate(conv.get("qa", [])):
+            name = LOCOMO_CATEGORIES.get(int(qa.get("category", 0)))
+            if name is None:
+                continue
+            evidence = [f"{conv_id}/{e}" for entry in qa.get("evidence") or [] for e in _DIA_ID.findall(str(entry))]
+            relevant = {d: 1 for d in evidence if d in docs}
+            if not relevant:
+                continue
+            qid = f"{conv_id}/q{n}"
+            sets[name][qid] = str(qa["question"])
+            qrels[qid] = relevant
+            agent_of[qid] = agent
+    files_sha = {p.name: _sha256(p) for p in files}
+    where = str(root.relative_to(REPO)) if root.is_relative_to(REPO) else str(root)
+    meta = {"path": where, "task": "locomo", "conversations": [p.stem for p in files], "sha256": files_sha}
+    return Dataset(docs, {n: q for n, q in sets.items() if q}, qrels, meta, agent_of=agent_of)
 
 
 def subset(ds: Dataset, max_docs: int | None = None, max_queries: int | None = None) -> Dataset:
@@ -229,7 +294,7 @@ def subset(ds: Dataset, max_docs: int | None = None, max_queries: int | None = N
     sets = {n: {q: t for q, t in qs.items() if q not in dropped} for n, qs in sets.items()}
     qids = {q for qs in sets.values() for q in qs}
     qrels = {q: {d: g for d, g in js.items() if d in docs} for q, js in ds.qrels.items() if q in qids}
-    return Dataset(docs, sets, qrels, dict(ds.meta), dict(ds.half_of))
+    return Dataset(docs, sets, qrels, dict(ds.meta), dict(ds.half_of), dict(ds.agent_of))
 
 
 def split_halves(qids: Iterable[str], seed: int = SPLIT_SEED) -> tuple[list[str], list[str]]:
@@ -249,7 +314,7 @@ def assign_halves(ds: Dataset, seed: int = SPLIT_SEED) -> Dataset:
     for qs in ds.query_sets.values():
         dev, test = split_halves(qs, seed)
         half_of.update(dict.fromkeys(dev, "dev") | dict.fromkeys(test, "test"))
-    return Dataset(ds.docs, ds.query_sets, ds.qrels, dict(ds.meta), half_of)
+    return Dataset(ds.docs, ds.query_sets, ds.qrels, dict(ds.meta), half_of, dict(ds.agent_of))
 
 
 def only_half(ds: Dataset, half: str) -> Dataset:
@@ -259,7 +324,7 @@ def only_half(ds: Dataset, half: str) -> Dataset:
     if not ds.half_of:
         raise ValueError("the dataset has no halves: call assign_halves first")
     sets = {n: {q: t for q, t in qs.items() if ds.half_of.get(q) == half} for n, qs in ds.query_sets.items()}
-    return Dataset(ds.docs, sets, ds.qrels, dict(ds.meta), dict(ds.half_of))
+    return Dataset(ds.docs, sets, ds.qrels, dict(ds.meta), dict(ds.half_of), dict(ds.agent_of))
 
 
 def by_half(
@@ -338,11 +403,13 @@ def evaluate(
     n = len(qids)
     nd = [ndcg_at_k(runs.get(q, []), qrels.get(q, {}), k) for q in qids]
     rc = sum(recall_at_k(runs.get(q, []), qrels.get(q, {}), k) for q in qids)
+    rc5 = sum(recall_at_k(runs.get(q, []), qrels.get(q, {}), 5) for q in qids)
     mr = sum(mrr_at_k(runs.get(q, []), qrels.get(q, {}), k) for q in qids)
     se = statistics.stdev(nd) / math.sqrt(n) if n > 1 else 0.0
     out: dict[str, Any] = {
         f"ndcg@{k}": round(sum(nd) / n, 4),
         f"recall@{k}": round(rc / n, 4),
+        "recall@5": round(rc5 / n, 4),
         f"mrr@{k}": round(mr / n, 4),
         f"ndcg@{k}_se": round(se, 4),
         "queries": n,
@@ -458,7 +525,7 @@ def run_queries(
             qid, text = item
             t0 = time.perf_counter()
             try:
-                msgs = recall(text)
+                msgs = recall(text, ds.agent_of[qid]) if qid in ds.agent_of else recall(text)
                 return qid, msgs, time.perf_counter() - t0, None
             except Exception as exc:  # one failed query scores 0 and is reported
                 return qid, None, time.perf_counter() - t0, f"{qid}: {exc}"
@@ -492,9 +559,14 @@ def run_queries(
 
 
 def store_all(
-    store: Callable[[str, str], dict[str, Any]], docs: Mapping[str, str], concurrency: int, label: str
+    store: Callable[..., dict[str, Any]],
+    docs: Mapping[str, str],
+    concurrency: int,
+    label: str,
+    agent_of: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Store every document with bounded concurrency. Returns (stats, ref -> doc id)."""
+    """Store every document with bounded concurrency; with ``agent_of``, under its agent, each
+    agent's documents in order. Returns (stats, ref -> doc id)."""
     t0 = time.perf_counter()
     ref_to_id: dict[str, str] = {}
     outcomes: dict[str, int] = {}
@@ -506,7 +578,7 @@ def store_all(
         nonlocal done
         did, text = item
         try:
-            body = store(did, text)
+            body = store(did, text, agent_of[did]) if agent_of and did in agent_of else store(did, text)
         except Exception as exc:
             body = {"ok": False, "result": "error", "reason": str(exc)}
         with lock:
@@ -521,8 +593,17 @@ def store_all(
                 rate = done / (time.perf_counter() - t0)
                 log(f"{label}: stored {done}/{len(docs)} ({rate:.1f}/s)")
 
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        list(pool.map(one, docs.items()))
+    if agent_of:
+        # An agent's documents go in one after another, in order (a conversation is stored turn
+        # by turn, so write order is turn order); agents run side by side.
+        streams: dict[str, list[tuple[str, str]]] = {}
+        for item in docs.items():
+            streams.setdefault(agent_of.get(item[0], AGENT), []).append(item)
+        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(streams)))) as pool:
+            list(pool.map(lambda items: [one(i) for i in items], streams.values()))
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            list(pool.map(one, docs.items()))
     dt = time.perf_counter() - t0
     stats: dict[str, Any] = {
         "docs": len(docs),
@@ -593,9 +674,9 @@ def _tail(path: Path, lines: int = 5) -> str:
         return f"(no log at {path})"
 
 
-def memstream_store(client: Any, base: str) -> Callable[[str, str], dict[str, Any]]:
-    def store(did: str, text: str) -> dict[str, Any]:
-        r = client.post(f"{base}/v1/tools/store", json={"agent_id": AGENT, "content": text, "id": did})
+def memstream_store(client: Any, base: str) -> Callable[..., dict[str, Any]]:
+    def store(did: str, text: str, agent: str = AGENT) -> dict[str, Any]:
+        r = client.post(f"{base}/v1/tools/store", json={"agent_id": agent, "content": text, "id": did})
         body = r.json()
         if r.status_code != 200 and isinstance(body, dict):
             body.setdefault("result", f"http_{r.status_code}")
@@ -604,9 +685,9 @@ def memstream_store(client: Any, base: str) -> Callable[[str, str], dict[str, An
     return store
 
 
-def memstream_recall(client: Any, base: str, limit: int = K) -> Callable[[str], list[dict[str, Any]]]:
-    def recall(query: str) -> list[dict[str, Any]]:
-        r = client.post(f"{base}/v1/tools/recall", json={"agent_id": AGENT, "query": query, "limit": limit})
+def memstream_recall(client: Any, base: str, limit: int = K) -> Callable[..., list[dict[str, Any]]]:
+    def recall(query: str, agent: str = AGENT) -> list[dict[str, Any]]:
+        r = client.post(f"{base}/v1/tools/recall", json={"agent_id": agent, "query": query, "limit": limit})
         if r.status_code == 404:
             raise RecallUnavailable(f"POST /v1/tools/recall -> 404 {r.text[:200]}")
         body = r.json()
@@ -628,10 +709,14 @@ def run_memstream(
 
     modes = [m for m in args.memstream_modes.split(",") if m]
     data_dir = work / "memstream-data"
-    base_env = {
+    served = {
         "MEMSTREAM_EMBEDDING_URL": embed.url,
         "MEMSTREAM_EMBEDDING_MODEL_ID": embed.model,
         "MEMSTREAM_EMBEDDING_DIM": str(embed.dim),
+    }
+    # --memstream-embedder local: the fresh-install setup, memstream's own in-process model
+    base_env = {
+        **(served if args.memstream_embedder == "served" else {}),
         **dict(kv.split("=", 1) for kv in args.memstream_env),
     }
     first = True
@@ -652,7 +737,7 @@ def run_memstream(
                         raise RecallUnavailable(f"memstream has no recall tool yet ({exc})") from None
                     log(f"memstream: storing {len(ds.docs)} docs (concurrency {args.concurrency})")
                     store_stats, ref_to_id = store_all(
-                        memstream_store(client, server.base), ds.docs, args.concurrency, "memstream"
+                        memstream_store(client, server.base), ds.docs, args.concurrency, "memstream", ds.agent_of
                     )
                     log(f"memstream: store done {store_stats}")
                 log(f"memstream[{mode}]: running queries")
@@ -833,14 +918,16 @@ def run_cpersona(
             if store_stats is None:
                 log(f"cpersona: storing {len(ds.docs)} docs (concurrency {args.cpersona_concurrency})")
 
-                def store(did: str, text: str, client: McpStdio = client) -> dict[str, Any]:
-                    return client.call_tool("store", {"agent_id": AGENT, "content": text, "id": did})
+                def store(did: str, text: str, agent: str = AGENT, client: McpStdio = client) -> dict[str, Any]:
+                    return client.call_tool("store", {"agent_id": agent, "content": text, "id": did})
 
-                store_stats, ref_to_id = store_all(store, ds.docs, args.cpersona_concurrency, "cpersona")
+                store_stats, ref_to_id = store_all(
+                    store, ds.docs, args.cpersona_concurrency, "cpersona", ds.agent_of
+                )
                 log(f"cpersona: store done {store_stats}")
 
-            def recall(query: str, client: McpStdio = client) -> list[dict[str, Any]]:
-                body = client.call_tool("recall", {"agent_id": AGENT, "query": query, "limit": K})
+            def recall(query: str, agent: str = AGENT, client: McpStdio = client) -> list[dict[str, Any]]:
+                body = client.call_tool("recall", {"agent_id": agent, "query": query, "limit": K})
                 if body.get("ok") is False:
                     raise RuntimeError(json.dumps(body)[:300])
                 return list(body.get("messages") or [])
@@ -896,9 +983,13 @@ def run_references(ds: Dataset, embed: EmbedServer | None) -> list[dict[str, Any
         dvec = embed_texts(embed.url, [ds.docs[d] for d in doc_ids])
         log(f"reference: embedded {len(doc_ids)} docs in {time.perf_counter() - t0:.1f}s")
         sets = {}
+        doc_agent = np.array([ds.agent_of.get(d, AGENT) for d in doc_ids])
         for name, qs in ds.query_sets.items():
             qvec = embed_texts(embed.url, list(qs.values()))
             sims = qvec @ dvec.T
+            if ds.agent_of:  # each query searches its own agent's memories only
+                q_agent = np.array([ds.agent_of.get(q, AGENT) for q in qs])
+                sims = np.where(q_agent[:, None] == doc_agent[None, :], sims, -np.inf)
             top = np.argsort(-sims, axis=1, kind="stable")[:, :K]
             runs = {q: [doc_ids[j] for j in top[i]] for i, q in enumerate(qs)}
             sets[name] = evaluate(runs, ds.qrels, qs, per_query=True)
@@ -908,8 +999,11 @@ def run_references(ds: Dataset, embed: EmbedServer | None) -> list[dict[str, Any
         log(f"reference[exact-cosine]: {_brief(sets)}")
     sets = {}
     db = sqlite3.connect(":memory:")
-    db.execute("CREATE VIRTUAL TABLE d USING fts5(body, tokenize='porter unicode61')")
-    db.executemany("INSERT INTO d(rowid, body) VALUES (?, ?)", [(i, ds.docs[d]) for i, d in enumerate(doc_ids)])
+    db.execute("CREATE VIRTUAL TABLE d USING fts5(body, agent UNINDEXED, tokenize='porter unicode61')")
+    db.executemany(
+        "INSERT INTO d(rowid, body, agent) VALUES (?, ?, ?)",
+        [(i, ds.docs[d], ds.agent_of.get(d, AGENT)) for i, d in enumerate(doc_ids)],
+    )
     for name, qs in ds.query_sets.items():
         runs = {}
         for q, text in qs.items():
@@ -918,7 +1012,10 @@ def run_references(ds: Dataset, embed: EmbedServer | None) -> list[dict[str, Any
                 runs[q] = []
                 continue
             match = " OR ".join(f'"{t}"' for t in dict.fromkeys(terms))
-            rows = db.execute("SELECT rowid FROM d WHERE d MATCH ? ORDER BY bm25(d) LIMIT ?", (match, K)).fetchall()
+            rows = db.execute(
+                "SELECT rowid FROM d WHERE d MATCH ? AND agent = ? ORDER BY bm25(d) LIMIT ?",
+                (match, ds.agent_of.get(q, AGENT), K),
+            ).fetchall()
             runs[q] = [doc_ids[r[0]] for r in rows]
         sets[name] = evaluate(runs, ds.qrels, qs, per_query=True)
         if ds.half_of:
@@ -975,6 +1072,41 @@ def paired_report(
                     per_set[name]["halves"] = halves
         out[f"{r['system']}/{r['mode']}"] = per_set
     return out
+
+
+def locomo_summary(result: Mapping[str, Any]) -> dict[str, Any]:
+    """All questions (each counts once, whatever its category) and each category: recall@10,
+    recall@5, NDCG@10 and the number of questions."""
+    sets = result.get("query_sets", {})
+    out: dict[str, Any] = {}
+    n_all = sum(s["queries"] for s in sets.values())
+    if n_all:
+        out["all"] = {
+            m: round(sum(s[m] * s["queries"] for s in sets.values()) / n_all, 4)
+            for m in (f"recall@{K}", "recall@5", f"ndcg@{K}")
+        } | {"queries": n_all}
+    for name in LOCOMO_CATEGORIES.values():
+        if name in sets:
+            s = sets[name]
+            out[name] = {m: s[m] for m in (f"recall@{K}", "recall@5", f"ndcg@{K}", "queries")}
+    return out
+
+
+def locomo_table(results: Sequence[Mapping[str, Any]]) -> str:
+    """The issue's table: all questions' recall@10, recall@5, NDCG@10, then recall@10 per category."""
+    cats = [c for c in LOCOMO_CATEGORIES.values() if any(c in r.get("query_sets", {}) for r in results)]
+    head = ["system", "mode", "recall@10", "recall@5", "NDCG@10", *cats, "recall p50 ms"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        summ = locomo_summary(r)
+        a = summ.get("all", {})
+        cells = [str(r["system"]), str(r["mode"])]
+        cells += [f"{a[m]:.3f}" if m in a else "–" for m in (f"recall@{K}", "recall@5", f"ndcg@{K}")]
+        cells += [f"{summ[c][f'recall@{K}']:.3f}" if c in summ else "–" for c in cats]
+        p50 = [s["recall_ms_p50"] for s in r.get("query_sets", {}).values() if "recall_ms_p50" in s]
+        cells.append(f"{statistics.fmean(p50):.0f}" if p50 else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def markdown_table(results: Sequence[Mapping[str, Any]], set_names: Sequence[str], half: str | None = None) -> str:
@@ -1179,6 +1311,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cpersona", default=DEFAULT_CPERSONA, help="CPersona console script in its own venv")
     ap.add_argument("--python", default=sys.executable, help="python that runs memstream and the embed server")
     ap.add_argument("--embed-model", default=None, help="embed_server.py --model (default: memstream's default)")
+    ap.add_argument(
+        "--memstream-embedder",
+        choices=("served", "local"),
+        default="served",
+        help="served: the shared /embed server (default); local: memstream's own offline model, no /embed",
+    )
     ap.add_argument("--memstream-env", action="append", default=[], metavar="K=V", help="extra memstream env")
     ap.add_argument("--cpersona-env", action="append", default=[], metavar="K=V", help="extra CPersona env")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results JSON")
@@ -1236,7 +1374,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.sets:
         wanted = args.sets.split(",")
         ds.query_sets = {n: q for n, q in ds.query_sets.items() if n in wanted}
-    ds = assign_halves(ds, args.split_seed)
+    locomo = ds.meta.get("task") == "locomo"
+    if locomo and args.split != "all":
+        raise SystemExit("--split: a LoCoMo folder is one split already (the development conversations)")
+    if not locomo:  # LoCoMo's split is by conversation: the folder is the development split
+        ds = assign_halves(ds, args.split_seed)
     if args.split != "all":
         ds = only_half(ds, args.split)
     ds = subset(ds, args.max_docs, args.max_queries)
@@ -1308,10 +1450,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "baseline": "/".join(baseline),
             **paired_report(results, baseline, ds.half_of),
         }
+    if locomo:
+        report["locomo"] = {f"{r['system']}/{r['mode']}": locomo_summary(r) for r in results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(markdown_table(results, set_names))
-    if args.split == "all":
+    print(locomo_table(results) if locomo else markdown_table(results, set_names))
+    if args.split == "all" and not locomo:
         for half in HALVES:
             print(f"\n{half} half (split seed {args.split_seed}):\n")
             print(markdown_table(results, set_names, half))

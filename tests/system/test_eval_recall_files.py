@@ -109,3 +109,81 @@ def test_agent_notes_build_is_deterministic_and_is_the_committed_data(tmp_path: 
     committed = REPO / "bench" / "eval_data" / "agent-notes"
     for name in ("corpus.jsonl", "queries.ids.jsonl", "queries.names.jsonl", "qrels.tsv"):
         assert (tmp_path / "an" / name).read_bytes() == (committed / name).read_bytes(), name
+
+
+# -- LoCoMo conversations -----------------------------------------------------------------------
+
+
+def _write_locomo(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    conv = {
+        "speaker_a": "Ann",
+        "speaker_b": "Bo",
+        "session_2_date_time": "9:00 am on 2 May, 2023",
+        "session_2": [{"speaker": "Bo", "dia_id": "D2:1", "text": "I painted a sunrise."}],
+        "session_1_date_time": "1:56 pm on 1 May, 2023",
+        "session_1": [
+            {"speaker": "Ann", "dia_id": "D1:1", "text": "Hi Bo!"},
+            {"speaker": "Bo", "dia_id": "D1:2", "text": "Look.", "blip_caption": "a photo of a dog"},
+        ],
+        "qa": [
+            {"question": "What did Bo paint?", "answer": "a sunrise", "evidence": ["D2:1"], "category": 4},
+            {"question": "Two at once?", "answer": "x", "evidence": ["D1:1; D2:1"], "category": 1},
+            {"question": "Gone turn?", "answer": "x", "evidence": ["D9:9", "D"], "category": 2},
+            {"question": "A false premise?", "answer": "", "evidence": [], "category": 5},
+            {"question": "Why?", "answer": "x", "evidence": ["D1:2"], "category": 3},
+        ],
+    }
+    (root / "conv-7.json").write_text(json.dumps(conv))
+    (root / "conv-8.json").write_text(json.dumps({**conv, "qa": conv["qa"][:1]}))
+
+
+def test_load_locomo_turns_questions_and_agents(tmp_path: Path):
+    _write_locomo(tmp_path / "lc")
+    ds = er.load_dataset(tmp_path / "lc")  # no qrels.tsv, conv-*.json: a LoCoMo folder
+    assert ds.meta["task"] == "locomo" and ds.meta["conversations"] == ["conv-7", "conv-8"]
+    # turns in session order (session_1 before session_2 whatever the file order), one doc each
+    assert list(ds.docs)[:3] == ["conv-7/D1:1", "conv-7/D1:2", "conv-7/D2:1"]
+    assert ds.docs["conv-7/D1:1"] == "[1:56 pm on 1 May, 2023] Ann: Hi Bo!"
+    assert ds.docs["conv-7/D1:2"] == "[1:56 pm on 1 May, 2023] Bo: Look. [shares a photo: a photo of a dog]"
+    assert len(ds.docs) == 6
+    # categories 1-4 with a findable evidence turn; 5 and evidence naming no turn are not asked
+    assert {n: list(q) for n, q in ds.query_sets.items()} == {
+        "multi-hop": ["conv-7/q1"],
+        "open-domain": ["conv-7/q4"],
+        "single-hop": ["conv-7/q0", "conv-8/q0"],
+    }
+    assert ds.qrels["conv-7/q1"] == {"conv-7/D1:1": 1, "conv-7/D2:1": 1}  # "D1:1; D2:1" is two ids
+    assert ds.agent_of["conv-7/q0"] == ds.agent_of["conv-7/D2:1"] == "locomo-conv-7"
+    assert ds.agent_of["conv-8/q0"] == "locomo-conv-8"
+
+
+def test_locomo_store_keeps_each_agents_order_and_recall_asks_its_agent(tmp_path: Path):
+    _write_locomo(tmp_path / "lc")
+    ds = er.load_dataset(tmp_path / "lc")
+    seen: list[tuple[str, str]] = []
+
+    def store(did: str, text: str, agent: str) -> dict:
+        seen.append((agent, did))
+        return {"ok": True, "result": "stored", "id": len(seen)}
+
+    stats, refs = er.store_all(store, ds.docs, 8, "t", ds.agent_of)
+    assert stats["outcomes"] == {"stored": 6} and len(refs) == 6
+    for agent in ("locomo-conv-7", "locomo-conv-8"):
+        assert [d for a, d in seen if a == agent] == [d for d in ds.docs if ds.agent_of[d] == agent]
+
+    asked: list[str] = []
+
+    def recall(query: str, agent: str) -> list[dict]:
+        asked.append(agent)
+        conv = agent.removeprefix("locomo-")
+        return [{"id": f"{conv}/D1:1"}, {"id": f"{conv}/D2:1"}]  # best last
+
+    sets = er.run_queries(recall, ds)
+    assert sorted(asked) == sorted(ds.agent_of[q] for qs in ds.query_sets.values() for q in qs)
+    assert sets["single-hop"]["recall@10"] == 1.0 and sets["single-hop"]["recall@5"] == 1.0
+    assert sets["multi-hop"]["recall@10"] == 1.0 and sets["open-domain"]["recall@10"] == 0.0
+    summary = er.locomo_summary({"query_sets": sets})
+    assert summary["all"]["queries"] == 4 and summary["all"]["recall@10"] == 0.75
+    table = er.locomo_table([{"system": "s", "mode": "m", "query_sets": sets}])
+    assert "| s | m | 0.750 |" in table
