@@ -26,21 +26,22 @@ class Feed:
     """A fold of one agent's events from offset 0, applied once each even when several
     callers (tasks or threads) catch up at the same time."""
 
-    def __init__(self, agent_id: str, fold: Fold) -> None:
+    def __init__(self, agent_id: str, fold: Fold, *, page: int = PAGE) -> None:
         self.agent_id = agent_id
         self.fold = fold
+        self.page = page
         self.next_offset = 0
         self._lock = threading.Lock()
 
     async def catch_up(self, calls: AsyncCalls) -> None:
         while True:
-            page = await calls.history(agent_id=self.agent_id, since_offset=self.next_offset, limit=PAGE)
+            answer = await calls.history(agent_id=self.agent_id, since_offset=self.next_offset, limit=self.page)
             with self._lock:
-                for event in page.events:
+                for event in answer.events:
                     if event.offset >= self.next_offset:
                         self.fold.apply(event)
                         self.next_offset = event.offset + 1
-            if len(page.events) < PAGE:
+            if len(answer.events) < self.page:
                 return
 
 

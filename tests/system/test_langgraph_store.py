@@ -32,7 +32,9 @@ from langgraph.store.base import (  # noqa: E402
     SearchOp,
 )
 
+from memstream.integrations.feed import Feed  # noqa: E402
 from memstream.integrations.langgraph import MemstreamStore  # noqa: E402
+from memstream.integrations.langgraph.index import ItemIndex  # noqa: E402
 
 
 class Store:
@@ -423,3 +425,24 @@ def test_acl_mode_a_token_reaches_only_its_agents(tmp_path: Path) -> None:
         assert [i.key for i in reader.search(NS)] == ["k"]
         with pytest.raises(PermissionDenied):
             reader.get(("bob", "prefs"), "k")
+
+
+async def test_the_fold_reads_history_page_by_page(tmp_path: Path) -> None:
+    """A long history arrives in pages (10,000 events each by default; 3 here): folded page by
+    page, it gives the same items as one read, and a later catch-up reads only what is new."""
+    async with async_client("local", tmp_path) as aclient:
+        store = MemstreamStore(aclient)
+        for i in range(10):
+            await store.aput(NS, f"k{i}", {"i": i})
+        await store.aput(NS, "k3", {"i": 33})
+        await store.adelete(NS, "k5")
+        paged = Feed("alice", ItemIndex(), page=3)
+        await paged.catch_up(aclient)
+        index = paged.fold
+        assert isinstance(index, ItemIndex)
+        expected = {f"k{i}": {"i": 33 if i == 3 else i} for i in range(10) if i != 5}
+        assert {key: e.value for (_, key), e in index.by_key.items()} == expected
+        before = paged.next_offset
+        await store.aput(NS, "k0", {"i": 100})
+        await paged.catch_up(aclient)
+        assert paged.next_offset > before and index.by_key[(NS, "k0")].value == {"i": 100}
