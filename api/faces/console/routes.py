@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
 
 from memstream.api.faces.auth import CONSOLE_COOKIE, is_loopback
 from memstream.api.faces.sessions import LOGIN_NONCE_S, AuditSessions, Session
@@ -94,8 +96,9 @@ def shell(session: Session | None) -> str:
     return _doc("memstream console", body, head)
 
 
-def add_console_routes(app: FastAPI, acl: AclConfig | None = None, sessions: AuditSessions | None = None) -> None:
-    """``/``, ``/console/static/*`` and (ACL mode) ``/console/login`` and ``/console/logout``."""
+def add_console_routes(app: Starlette, acl: AclConfig | None = None, sessions: AuditSessions | None = None) -> None:
+    """``/``, ``/console/static/*`` and (ACL mode) ``/console/login`` and ``/console/logout``, on
+    the embedded server's app and on the Kafka router's alike (plain Starlette routes)."""
 
     def session_of(request: Request) -> Session | None:
         return sessions.resolve(request.cookies.get(CONSOLE_COOKIE)) if sessions is not None else None
@@ -108,7 +111,6 @@ def add_console_routes(app: FastAPI, acl: AclConfig | None = None, sessions: Aud
             return HTMLResponse(_doc("memstream console", f"<p>{_e(text)}</p>"), 403, headers=HEADERS)
         return None
 
-    @app.get("/", include_in_schema=False)
     async def index(request: Request) -> Response:
         if (refused := refused_peer(request)) is not None:
             return refused
@@ -119,21 +121,23 @@ def add_console_routes(app: FastAPI, acl: AclConfig | None = None, sessions: Aud
                 return RedirectResponse(LOGIN_PATH, status_code=303, headers={"Cache-Control": "no-store"})
         return HTMLResponse(shell(session), headers=HEADERS)
 
-    @app.get("/console/static/{name}", include_in_schema=False)
-    async def asset(request: Request, name: str) -> Response:
+    async def asset(request: Request) -> Response:
         if (refused := refused_peer(request)) is not None:
             return refused
+        name = str(request.path_params["name"])
         media = ASSETS.get(name)
         if media is None:
             return Response("not found", 404, media_type="text/plain", headers=HEADERS)
         headers = {**HEADERS, "Cache-Control": "no-cache"}
         return Response((STATIC / name).read_bytes(), media_type=media, headers=headers)
 
+    routes = [Route("/", index, methods=["GET"]), Route("/console/static/{name}", asset, methods=["GET"])]
     if acl is not None and sessions is not None:
-        _add_login_routes(app, acl, sessions)
+        routes += _login_routes(acl, sessions)
+    app.router.routes.extend(routes)
 
 
-def _add_login_routes(app: FastAPI, acl: AclConfig, sessions: AuditSessions) -> None:
+def _login_routes(acl: AclConfig, sessions: AuditSessions) -> list[Route]:
     def login_form(request: Request, message: str = "", status: int = 200) -> HTMLResponse:
         nonce, token = sessions.login_nonce()
         error = f"<p class='err'>{_e(message)}</p>" if message else ""
@@ -148,11 +152,9 @@ def _add_login_routes(app: FastAPI, acl: AclConfig, sessions: AuditSessions) -> 
         _cookie(request, response, LOGIN_COOKIE, nonce, LOGIN_NONCE_S, LOGIN_COOKIE_PATH)
         return response
 
-    @app.get(LOGIN_PATH, include_in_schema=False)
     async def login_page(request: Request) -> HTMLResponse:
         return login_form(request)
 
-    @app.post(LOGIN_PATH, include_in_schema=False)
     async def login(request: Request) -> Response:
         fields = await _form_fields(request)
         if fields is None:
@@ -168,7 +170,6 @@ def _add_login_routes(app: FastAPI, acl: AclConfig, sessions: AuditSessions) -> 
         response.delete_cookie(LOGIN_COOKIE, path=LOGIN_COOKIE_PATH, httponly=True, samesite="strict")
         return response
 
-    @app.post(LOGOUT_PATH, include_in_schema=False)
     async def logout(request: Request) -> Response:
         session = sessions.resolve(request.cookies.get(CONSOLE_COOKIE))
         if session is not None:
@@ -180,6 +181,12 @@ def _add_login_routes(app: FastAPI, acl: AclConfig, sessions: AuditSessions) -> 
         response = RedirectResponse(LOGIN_PATH, status_code=303, headers={"Cache-Control": "no-store"})
         response.delete_cookie(CONSOLE_COOKIE, path="/", httponly=True, samesite="strict")
         return response
+
+    return [
+        Route(LOGIN_PATH, login_page, methods=["GET"]),
+        Route(LOGIN_PATH, login, methods=["POST"]),
+        Route(LOGOUT_PATH, logout, methods=["POST"]),
+    ]
 
 
 def _cookie(request: Request, response: Response, name: str, value: str, max_age: int, path: str) -> None:

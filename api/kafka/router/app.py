@@ -20,9 +20,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from memstream.api.faces.auth import BearerAuth
+from memstream.api.faces.console.routes import add_console_routes
 from memstream.api.faces.http import TOOL_ROUTES, caller_of, json_response
 from memstream.api.faces.mcp import McpHttpApp
 from memstream.api.faces.origin import OriginGuard, origin_policy
+from memstream.api.faces.sessions import AuditSessions
 from memstream.api.kafka.router.gate import RouterGate
 from memstream.api.kafka.router.transfers import KafkaTransfers
 from memstream.api.kafka.wire import OWNER_PATH, PARTITION_HEADER, TRANSFER_TOOLS, route_partition, worker_headers
@@ -388,7 +390,8 @@ def router_app(
     As embedded mode's, it answers only allowed Host names and origins, and JSON bodies
     (api/faces/origin.py)."""
     router = Router(cfg, acl=acl, settings=settings)
-    policy = origin_policy(settings if settings is not None else load_settings(env={}), host)
+    conf = settings if settings is not None else load_settings(env={})
+    policy = origin_policy(conf, host)
     mcp = McpHttpApp(
         None, host=host, call=router.call, allowed_hosts=policy.mcp_hosts(), allowed_origins=policy.mcp_origins()
     )
@@ -424,8 +427,10 @@ def router_app(
     routes.append(Route("/mcp", endpoint=mcp))  # a Route, so POST /mcp itself is served
     routes += [Route(path, call, methods=["POST"]) for path in TOOL_ROUTES]
     app = Starlette(routes=routes, lifespan=lifespan)
-    if acl is not None:
-        app.add_middleware(BearerAuth, acl=acl)  # nothing is served before the token is checked
+    sessions = AuditSessions(conf.audit_session_s) if acl is not None else None
+    add_console_routes(app, acl, sessions)  # GET /: the console (and its login in ACL mode)
+    if acl is not None:  # nothing is served before the token (or a console session) is checked
+        app.add_middleware(BearerAuth, acl=acl, sessions=sessions)
     app.add_middleware(OriginGuard, policy=policy)  # outermost: a web page's request is refused first
     app.state.router = router
     return app
