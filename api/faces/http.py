@@ -17,13 +17,14 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.faces.audit_page import add_audit_routes
 from memstream.api.faces.auth import BearerAuth, not_admin, scope_caller
+from memstream.api.faces.console.routes import add_console_routes
 from memstream.api.faces.mcp import streamable_http_app
 from memstream.api.faces.origin import OriginGuard, origin_policy
 from memstream.api.faces.sessions import AuditSessions
@@ -207,13 +208,10 @@ def create_app(
             return json_response(denied, 403)  # ACL mode: the whole store's figures are an admin's
         return Response(request.app.state.engine.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/", include_in_schema=False)
-    async def index() -> HTMLResponse:
-        return HTMLResponse("<p>memstream: see <a href='/docs'>/docs</a>; MCP at /mcp</p>")
-
     # GET /audit, /audit/memory/{ref}: the timeline page for people (and its login in ACL mode)
     sessions = AuditSessions(settings.audit_session_s) if acl is not None else None
     add_audit_routes(app, acl, sessions)
+    add_console_routes(app, acl, sessions)  # GET /: the console (and its login in ACL mode)
 
     if mcp_app is not None:
         # A Route (not a Mount) so that POST /mcp itself is served, not redirected to /mcp/.
