@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.cookiejar import DefaultCookiePolicy
 from pathlib import Path
 from typing import Any
 
@@ -587,3 +589,41 @@ def test_kafka_router_bind_warning(deployment: Deployment) -> None:
         finally:
             stop_processes([proc])
     assert "NETWORK-EXPOSED WITHOUT TOKENS: binding 0.0.0.0 with no MEMSTREAM_ACL_FILE" in log_path.read_text()
+
+
+def test_kafka_list_agents_and_the_console_session_are_scoped_to_the_caller(deployment: Deployment) -> None:
+    """``list_agents`` through the router names only the agents the caller may read (the router
+    filters the workers' lists); the console's login works on the router, and its cookie, with
+    the session's CSRF token, calls the tools as the session's client."""
+    with httpx.Client(base_url=deployment.url, timeout=60) as http:
+        http.cookies.jar.set_policy(DefaultCookiePolicy(allowed_domains=[]))  # only the cookies given
+        for agent in ("alice", "bob"):
+            r = http.post(
+                "/v1/tools/store",
+                json={"agent_id": agent, "content": f"{agent} listed by list_agents"},
+                headers={"authorization": f"Bearer {TOKENS['admin']}"},
+            )
+            assert r.json()["result"] in ("stored", "skipped"), r.text
+        expected = {"admin": {"alice", "bob"}, "rw-alice": {"alice"}, "star-r-no-alice": {"bob"}, "nogrants": set()}
+        for client, agents in expected.items():
+            r = http.post("/v1/tools/list_agents", json={}, headers={"authorization": f"Bearer {TOKENS[client]}"})
+            assert r.status_code == 200, r.text
+            assert {a["agent_id"] for a in r.json()["agents"]} == agents, (client, r.text)
+        # The console's login on the router.
+        form = http.get("/console/login")
+        nonce = form.headers["set-cookie"].split(";", 1)[0].split("=", 1)[1]
+        token = re.search(r"name='csrf' value='([^']+)'", form.text)
+        assert token is not None
+        login = http.post(
+            "/console/login",
+            data={"csrf": token.group(1), "token": TOKENS["rw-alice"]},
+            headers={"cookie": f"memstream_console_login={nonce}"},
+        )
+        assert login.status_code == 303, login.text
+        cookie = {"cookie": login.headers["set-cookie"].split(";", 1)[0]}
+        page = http.get("/", headers=cookie)
+        csrf = re.search(r"<meta name='memstream-csrf' content='([^']+)'>", page.text)
+        assert page.status_code == 200 and csrf is not None
+        assert http.post("/v1/tools/list_agents", json={}, headers=cookie).status_code == 403  # no CSRF header
+        r = http.post("/v1/tools/list_agents", json={}, headers={**cookie, "x-csrf-token": csrf.group(1)})
+        assert r.status_code == 200 and [a["agent_id"] for a in r.json()["agents"]] == ["alice"], r.text
