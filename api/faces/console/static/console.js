@@ -489,7 +489,15 @@
     } } }, h("label", {}, "Kind ", kindSel), h("label", {}, "Agent ", agentIn), h("label", {}, "Text ", textIn), h("button", { type: "submit" }, "Filter"));
     const args = { kind, limit: 1000 };
     if (agent) args.agent_id = agent;
-    const body = await tool("audit_log", args);
+    let body;
+    try {
+      body = await tool("audit_log", args);
+    } catch (err) {
+      if (stale()) return;
+      // Every agent's trail at once needs read on every agent (and, in Kafka mode, an agent).
+      const hint = agent ? null : h("p", { class: "muted" }, "Name an agent to see its trail.");
+      return show(h("h1", {}, "Audit trail"), form, errorBox(err), hint);
+    }
     if (stale()) return;
     const needle = text.toLowerCase();
     const records = body.records.filter(atOrBeforeAudit).filter((r) => !needle ||
