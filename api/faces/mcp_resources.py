@@ -37,7 +37,10 @@ ToolCall = Callable[[Caller, str, Any], Awaitable[dict[str, Any]]]
 
 AgentChanges = Callable[[Caller, str], AsyncIterator[Mapping[str, Any]]]
 """The live events of one agent, as history entries (api/services/entries.py), from now on, for as
-long as they are iterated. Closing the iterator releases whatever feeds it."""
+long as they are iterated. Closing the iterator releases whatever feeds it. An entry of type
+:data:`RESYNC` says events may have been missed: every watched resource of the agent may have changed."""
+
+RESYNC = "memstream.resync"
 
 Kind = Literal["memories", "memory", "episodes", "profile"]
 
@@ -338,7 +341,8 @@ class ResourceWatch:
         changes = self._changes(caller, agent)
         try:
             async for entry in changes:
-                hits = touched(entry) & self._uris.get(agent, set())
+                watched = self._uris.get(agent, set())
+                hits = set(watched) if entry.get("type") == RESYNC else touched(entry) & watched
                 for uri in hits:
                     self._pending[uri] = None
                 if hits:
@@ -393,8 +397,9 @@ class ChangeFeed(Protocol):
 
 
 def feed_changes(feed: ChangeFeed) -> AgentChanges:
-    """An agent's live events from the engine's change feed. A subscription the feed cuts off
-    (it fell behind) resubscribes where it was cut, so no change goes unannounced."""
+    """An agent's live events from a change feed. A subscription the feed cuts off (it fell
+    behind) resubscribes where it was cut, so no change goes unannounced; where the feed cannot
+    resume at an offset, it resubscribes live and says :data:`RESYNC`."""
 
     async def changes(caller: Caller, agent: str) -> AsyncIterator[Mapping[str, Any]]:
         start: int | None = None
@@ -408,6 +413,8 @@ def feed_changes(feed: ChangeFeed) -> AgentChanges:
                 start = cut.resume_from
             finally:
                 sub.close()
+            if start is None:
+                yield {"type": RESYNC, "scope": {"agent_id": agent}}
 
     return changes
 

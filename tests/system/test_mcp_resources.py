@@ -27,7 +27,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from memstream.api.faces.mcp_resources import memories_uri, memory_uri, parse_uri, touched
+from memstream.api.faces.mcp_resources import memories_uri, memory_uri
 from memstream.api.services.settings import load_settings
 from tests.support.acl import TOKENS, write_acl
 from tests.support.servers import ServerThread
@@ -115,43 +115,6 @@ async def _stdio(data: Path, tmp: Path, mode: str, notes: Notes | None = None) -
             raise
     # Subscriptions still open when stdin closed did not keep the engine from closing cleanly.
     assert "engine closed" in errlog_path.read_text(), errlog_path.read_text()
-
-
-# -- pure parts ---------------------------------------------------------------------------------
-
-
-def test_uris_round_trip_and_bad_ones_are_refused() -> None:
-    for agent in ("a1", "agent with spaces/and slash", "ü"):
-        assert parse_uri(memories_uri(agent)).agent_id == agent
-        ref = parse_uri(memory_uri(agent, 42))
-        assert (ref.agent_id, ref.kind, ref.memory_id) == (agent, "memory", 42)
-    for bad in (
-        "file:///etc/passwd",
-        "memstream://agents/",
-        "memstream://agents/a1",
-        "memstream://agents/a1/memories/x",
-        "memstream://agents/a1/memories/0",
-        "memstream://agents/a1/secrets",
-        "memstream://agents/a1/memories/1/extra",
-    ):
-        with pytest.raises(MCPError) as err:
-            parse_uri(bad)
-        assert err.value.error.code == types.INVALID_PARAMS and "unknown resource" in err.value.error.message
-
-
-def test_touched_names_the_resources_an_event_changes() -> None:
-    def entry(kind: str, change: dict[str, Any]) -> dict[str, Any]:
-        return {"type": kind, "scope": {"agent_id": "a1"}, "change": change}
-
-    assert touched(entry("memory.stored", {"id": 7})) == {memories_uri("a1"), memory_uri("a1", 7)}
-    assert touched(entry("memory.verified", {"id": 7})) == {memory_uri("a1", 7)}
-    assert touched(entry("memory.reembedded", {"id": 7, "kind": "ep"})) == set()
-    assert touched(entry("profile.updated", {})) == {"memstream://agents/a1/profile"}
-    assert touched(entry("agent_data.deleted", {"memory_ids": [3], "episode_ids": [], "profile": False})) == {
-        memories_uri("a1"),
-        memory_uri("a1", 3),
-    }
-    assert touched(entry("standing.declared", {"ref": "mem:9"})) == {memory_uri("a1", 9)}
 
 
 # -- stdio --------------------------------------------------------------------------------------

@@ -1,0 +1,236 @@
+"""The pure parts of the MCP resources (api/faces/mcp_resources.py): URIs, what an event touches,
+and the watch over a stand-in feed: one feed subscription per watched agent, released with the
+agent's last URI or the watch; updates coalesced per URI; a feed cut-off resumed where it was cut."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Collection, Mapping
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from memstream.api.faces.mcp_resources import (
+    ResourceWatch,
+    feed_changes,
+    memories_uri,
+    memory_uri,
+    parse_uri,
+    touched,
+)
+from memstream.api.services.feed import FeedCutOff
+from memstream.api.tools.registry import Caller
+
+CALLER = Caller("unit")
+
+
+class Cut(FeedCutOff):
+    """A feed's cut-off, at an offset to resume from (None: the feed's positions are not offsets)."""
+
+    def __init__(self, resume_from: int | None) -> None:
+        Exception.__init__(self, f"cut off at {resume_from}")
+        self.resume_from = resume_from
+        self.reason = "fell behind"
+
+
+def _stored(agent: str, ident: int, kind: str = "memory.stored") -> dict[str, Any]:
+    return {"type": kind, "scope": {"agent_id": agent}, "change": {"id": ident}}
+
+
+class StandInFeed:
+    """Per agent, a queue the test pushes events into; counts the subscriptions open."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, asyncio.Queue[Mapping[str, Any]]] = {}
+        self.open: dict[str, int] = {}
+        self.opened = 0
+
+    async def changes(self, caller: Caller, agent: str) -> AsyncIterator[Mapping[str, Any]]:
+        queue = self.queues.setdefault(agent, asyncio.Queue())
+        self.open[agent] = self.open.get(agent, 0) + 1
+        self.opened += 1
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self.open[agent] -= 1
+
+    def total(self) -> int:
+        return sum(self.open.values())
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_uris_round_trip_and_bad_ones_are_refused() -> None:
+    for agent in ("a1", "agent with spaces/and slash", "ü"):
+        assert parse_uri(memories_uri(agent)).agent_id == agent
+        ref = parse_uri(memory_uri(agent, 42))
+        assert (ref.agent_id, ref.kind, ref.memory_id) == (agent, "memory", 42)
+    assert memories_uri("a/b") == "memstream://agents/a%2Fb/memories"
+    for bad in (
+        "file:///etc/passwd",
+        "memstream://agents/",
+        "memstream://agents/a1",
+        "memstream://agents/a1/memories/x",
+        "memstream://agents/a1/memories/0",
+        "memstream://agents/a1/secrets",
+        "memstream://agents/a1/memories/1/extra",
+    ):
+        with pytest.raises(MCPError) as err:
+            parse_uri(bad)
+        assert err.value.error.code == types.INVALID_PARAMS and "unknown resource" in err.value.error.message
+
+
+def test_touched_names_the_resources_an_event_changes() -> None:
+    def entry(kind: str, change: dict[str, Any]) -> dict[str, Any]:
+        return {"type": kind, "scope": {"agent_id": "a1"}, "change": change}
+
+    assert touched(entry("memory.stored", {"id": 7})) == {memories_uri("a1"), memory_uri("a1", 7)}
+    assert touched(entry("memory.verified", {"id": 7})) == {memory_uri("a1", 7)}
+    assert touched(entry("memory.reembedded", {"id": 7, "kind": "ep"})) == set()
+    assert touched(entry("episode.archived", {"id": 3})) == {"memstream://agents/a1/episodes"}
+    assert touched(entry("profile.updated", {})) == {"memstream://agents/a1/profile"}
+    assert touched(entry("agent_data.deleted", {"memory_ids": [3], "episode_ids": [], "profile": False})) == {
+        memories_uri("a1"),
+        memory_uri("a1", 3),
+    }
+    assert touched(entry("standing.declared", {"ref": "mem:9"})) == {memory_uri("a1", 9)}
+    assert touched(entry("recall_precision.set", {})) == set()
+    assert touched({"type": "memory.stored", "scope": {}, "change": {"id": 1}}) == set()
+
+
+async def test_one_feed_subscription_per_agent_released_with_its_last_uri() -> None:
+    feed = StandInFeed()
+    watch = ResourceWatch(feed.changes)
+    watch.add(CALLER, parse_uri(memories_uri("a1")))
+    watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
+    watch.add(CALLER, parse_uri(memories_uri("a2")))
+    await _settle()
+    assert feed.open == {"a1": 1, "a2": 1} and watch.feeds == 2
+    assert watch.remove(memories_uri("a1"))
+    await _settle()
+    assert feed.open["a1"] == 1  # a1's memory 1 is still watched
+    assert watch.remove(memory_uri("a1", 1))
+    assert not watch.remove(memory_uri("a1", 1))
+    await _settle()
+    assert feed.open == {"a1": 0, "a2": 1}
+    await watch.close()
+    assert feed.total() == 0 and watch.feeds == 0
+    with pytest.raises(MCPError):
+        watch.add(CALLER, parse_uri(memories_uri("a1")))
+
+
+async def test_updates_are_coalesced_per_uri_and_only_for_watched_uris() -> None:
+    feed = StandInFeed()
+    watch = ResourceWatch(feed.changes)
+    watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
+    await _settle()
+    queue = feed.queues["a1"]
+    for ident in (2, 1, 3, 1, 1):
+        queue.put_nowait(_stored("a1", ident, "memory.updated"))
+    await _settle()
+    updates = watch.updates()
+    async with asyncio.timeout(5):
+        assert await anext(updates) == memory_uri("a1", 1)
+    queue.put_nowait(_stored("a1", 1, "memory.locked"))
+    async with asyncio.timeout(5):
+        assert await anext(updates) == memory_uri("a1", 1)  # one per change seen since the last
+    await watch.close()
+    assert feed.total() == 0
+
+
+async def test_a_watch_holds_a_bounded_number_of_uris() -> None:
+    feed = StandInFeed()
+    watch = ResourceWatch(feed.changes, limit=2)
+    watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
+    watch.add(CALLER, parse_uri(memory_uri("a1", 2)))
+    watch.add(CALLER, parse_uri(memory_uri("a1", 2)))  # again: no new URI
+    with pytest.raises(MCPError, match="too many subscriptions"):
+        watch.add(CALLER, parse_uri(memory_uri("a1", 3)))
+    await watch.close()
+
+
+class CuttingFeed:
+    """A feed whose first subscription is cut off at offset 5 after one item."""
+
+    class Item:
+        def __init__(self, offset: int) -> None:
+            self.entry = _stored("a1", offset)
+
+    def __init__(self) -> None:
+        self.starts: list[int | None] = []
+        self.closed = 0
+
+    def subscribe(self, *, agents: Collection[str] | None = None, start: int | None = None) -> Any:
+        self.starts.append(start)
+        feed = self
+
+        class Sub:
+            def __init__(self) -> None:
+                self.items = [CuttingFeed.Item(4)] if start is None else [CuttingFeed.Item(5), CuttingFeed.Item(6)]
+
+            def __aiter__(self) -> Sub:
+                return self
+
+            async def __anext__(self) -> CuttingFeed.Item:
+                if self.items:
+                    return self.items.pop(0)
+                if start is None:
+                    raise Cut(5)
+                raise StopAsyncIteration
+
+            def close(self) -> None:
+                feed.closed += 1
+
+        return Sub()
+
+
+async def test_feed_changes_resume_where_the_feed_cut_them_off() -> None:
+    feed = CuttingFeed()
+    seen = [e["change"]["id"] async for e in feed_changes(feed)(CALLER, "a1")]
+    assert seen == [4, 5, 6]
+    assert feed.starts == [None, 5]
+    assert feed.closed == 2
+
+
+async def test_a_cut_off_that_cannot_resume_resyncs_every_watched_uri() -> None:
+    """A feed whose positions are not offsets: the watch resubscribes live and announces every
+    URI it watches of that agent, since any of them may have changed meanwhile."""
+
+    class LiveOnly:
+        def __init__(self) -> None:
+            self.starts: list[int | None] = []
+
+        def subscribe(self, *, agents: Collection[str] | None = None, start: int | None = None) -> Any:
+            self.starts.append(start)
+            first = len(self.starts) == 1
+
+            class Sub:
+                def __aiter__(self) -> Sub:
+                    return self
+
+                async def __anext__(self) -> Any:
+                    if first:
+                        raise Cut(None)
+                    await asyncio.Event().wait()  # live, quiet
+
+                def close(self) -> None:
+                    pass
+
+            return Sub()
+
+    feed = LiveOnly()
+    watch = ResourceWatch(feed_changes(feed))
+    watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
+    watch.add(CALLER, parse_uri(memories_uri("a1")))
+    updates = watch.updates()
+    async with asyncio.timeout(5):
+        got = {await anext(updates), await anext(updates)}
+    assert got == {memory_uri("a1", 1), memories_uri("a1")}
+    assert feed.starts == [None, None]
+    await watch.close()
