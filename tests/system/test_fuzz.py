@@ -54,6 +54,7 @@ MCP_HEADERS = {
 # A valid call of each tool: the near-valid fuzzer mutates one argument of these.
 BASE: dict[str, dict[str, Any]] = {
     "archive_episode": {"agent_id": "fz", "summary": "a summary"},
+    "association_graph": {"agent_id": "fz"},
     "audit_log": {},
     "check_contingent": {"agent_id": "fz", "values": ["blue"]},
     "check_health": {},
@@ -68,6 +69,7 @@ BASE: dict[str, dict[str, Any]] = {
     "get_profile": {"agent_id": "fz"},
     "get_recall_precision": {"agent_id": "fz"},
     "history": {"ref": "mem:1"},
+    "list_agents": {"prefix": "f"},
     "list_episodes": {"agent_id": "fz"},
     "list_memories": {"agent_id": "fz"},
     "lock_memory": {"agent_id": "fz", "memory_id": 1},
