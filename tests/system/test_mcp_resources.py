@@ -223,6 +223,22 @@ async def _until(predicate: Any) -> None:
             await asyncio.sleep(0.02)
 
 
+async def _announced(writer: Client, notes: Notes, agent: str, memory_id: int) -> int:
+    """Edit a watched memory until its update is announced; answer how many URIs were seen then.
+    A session's GET stream opens on its own after initialize, and nothing sent before it opened
+    reaches the client: this waits for it without a fixed sleep."""
+    for attempt in range(20):
+        seen = len(notes.uris)
+        await _update(writer, agent, memory_id, f"edit {attempt}")
+        try:
+            async with asyncio.timeout(1):
+                await notes.wait_for(memory_uri(agent, memory_id), after=seen)
+            return len(notes.uris)
+        except TimeoutError:
+            continue
+    raise AssertionError("no update was announced on the session's stream")
+
+
 @contextlib.asynccontextmanager
 async def _http(url: str, mode: str, notes: Notes | None = None, **headers: str) -> AsyncIterator[Client]:
     async with (
@@ -250,10 +266,11 @@ async def test_http_session_subscriptions_and_release(server: ServerThread) -> N
                     warnings.simplefilter("ignore")
                     await watcher.subscribe_resource(memory_uri("h1", mid))
                 await _until(lambda: _subscribers(server) == 1)
+                seen = await _announced(writer, notes, "h1", mid)
                 await _store(writer, "h1", "another memory of h1")
                 await _update(writer, "h1", mid, "watched, and edited")
-                await notes.wait_for(memory_uri("h1", mid))
-                assert notes.uris == [memory_uri("h1", mid)]
+                await notes.wait_for(memory_uri("h1", mid), after=seen)
+                assert notes.uris[seen:] == [memory_uri("h1", mid)]
             # The client's DELETE ended the session: its feed subscription is gone.
             await _until(lambda: _subscribers(server) == 0)
 
@@ -344,8 +361,7 @@ async def test_acl_scopes_list_read_and_subscribe(acl_server: ServerThread) -> N
                 with pytest.raises(MCPError, match="permission_denied"):
                     await client.subscribe_resource(memories_uri("bob"))
                 await client.subscribe_resource(memory_uri("alice", mid))
-            await _update(root, "alice", mid, "alice's note, edited")
-            await notes.wait_for(memory_uri("alice", mid))
+            await _announced(root, notes, "alice", mid)
         async with _http(acl_server.url, "auto", **reader) as modern:
             with pytest.raises(MCPError, match="permission_denied"):
                 async with modern.listen(resource_subscriptions=[memories_uri("bob")]):
