@@ -98,9 +98,12 @@ async def _update(client: Client, agent: str, memory_id: int, content: str) -> N
 
 
 @contextlib.asynccontextmanager
-async def _stdio(data: Path, tmp: Path, mode: str, notes: Notes | None = None) -> AsyncIterator[Client]:
+async def _stdio(
+    data: Path, tmp: Path, mode: str, notes: Notes | None = None, acl: Path | None = None
+) -> AsyncIterator[Client]:
+    env = _env(data) if acl is None else {**_env(data), "MEMSTREAM_ACL_FILE": str(acl)}
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "memstream.api.cli", "mcp"], env=_env(data), cwd=str(tmp)
+        command=sys.executable, args=["-m", "memstream.api.cli", "mcp"], env=env, cwd=str(tmp)
     )
     errlog_path = tmp / f"stderr-{len(list(tmp.glob('stderr-*')))}.log"
     with errlog_path.open("w") as errlog:
@@ -200,6 +203,34 @@ async def test_stdio_modern_listen(tmp_path: Path) -> None:
                 async with asyncio.timeout(WAIT_S):
                     event = await anext(sub)
                 assert event == ResourceUpdated(uri=memory_uri("a1", mid))
+
+
+async def test_stdio_acl_local_principal_sees_its_agents_only(tmp_path: Path) -> None:
+    """In ACL mode whoever spawned ``memstream mcp`` is the ``local`` principal: its grants
+    (here: read alice) scope the resource list, reads and subscriptions."""
+    data = tmp_path / "data"
+    acl = write_acl(
+        tmp_path / "acl.json", {"clients": [{"client_id": "local", "token": None, "grants": {"alice": "read"}}]}
+    )
+    async with asyncio.timeout(DEADLINE_S):
+        async with _stdio(data, tmp_path, "legacy") as open_store:
+            mid = await _store(open_store, "alice", "alice's")
+            await _store(open_store, "bob", "bob's")
+        notes = Notes()
+        async with (
+            _stdio(data, tmp_path, "legacy", notes, acl=acl) as local,
+            _stdio(data, tmp_path, "legacy") as writer,
+        ):
+            assert {r.uri for r in (await local.list_resources()).resources} == {memories_uri("alice")}
+            with pytest.raises(MCPError, match="permission_denied"):
+                await local.read_resource(memories_uri("bob"))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with pytest.raises(MCPError, match="permission_denied"):
+                    await local.subscribe_resource(memory_uri("bob", 1))
+                await local.subscribe_resource(memory_uri("alice", mid))
+            await _update(writer, "alice", mid, "alice's, edited")
+            await notes.wait_for(memory_uri("alice", mid))
 
 
 # -- streamable HTTP ----------------------------------------------------------------------------
