@@ -63,19 +63,27 @@ def fresh_digest(engine: EmbeddedEngine) -> str:
     return load_decision_state(engine.log, None).digest()
 
 
-async def fill_the_log(engine: EmbeddedEngine) -> list[int]:
-    """Cap the log at its size, then store padding until a store is refused: the last page is
-    full. Returns the ids of the padding stores that still fitted."""
+async def fill_the_log(engine: EmbeddedEngine) -> None:
+    """Cap the log at its size, then write until even the smallest record is refused: padded
+    stores, then lock/unlock events, then duplicate stores (audit records only), each until
+    SQLite answers "full". Then no write of any size fits, whichever batch it is decided in."""
     pages = engine.log.connection().execute("PRAGMA page_count").fetchone()[0]
     pragma(engine, f"max_page_count={int(pages)}")
-    fitted = []
-    for i in range(200):
-        body, code = await call(engine, "store", content=f"filler {i} {PAD}")
-        if code is not None:
-            assert code == "log_unavailable" and "full" in body["error"], body
-            return fitted
-        fitted.append(int(body["id"]))
-    raise AssertionError("the page cap did not bite")
+
+    async def until_full(write: Callable[[int], Awaitable[tuple[dict[str, Any], str | None]]]) -> None:
+        for i in range(2_000):
+            body, code = await write(i)
+            if code is not None:
+                assert code == "log_unavailable" and "full" in body["error"], body
+                return
+        raise AssertionError("the page cap did not bite")
+
+    await until_full(lambda i: call(engine, "store", content=f"filler {i} {PAD}"))
+    body, code = await call(engine, "store", content="tiny", id="toggled")
+    if code is None:  # still room for a small store: toggle its lock until there is none
+        mid = body["id"]
+        await until_full(lambda i: call(engine, "lock_memory" if i % 2 == 0 else "unlock_memory", memory_id=mid))
+    await until_full(lambda i: call(engine, "store", content=f"seed 0 {PAD}"))  # skipped: an audit record each
 
 
 async def make_full(engine: EmbeddedEngine) -> Callable[[], None]:
@@ -147,6 +155,10 @@ def test_failed_append_leaves_no_trace_and_retries_apply_once(tmp_path: Path, fa
             state = engine.bus.state
             if fault == "full, then unreadable":
                 assert state is None  # dropped: it could not be folded again
+                # A write meanwhile: refused before anything is decided, and still no state.
+                body, code = await call(engine, "store", content="while unreadable", command_id="c-meanwhile")
+                assert code == "log_unavailable" and "not readable" in body["error"], body
+                assert engine.bus.state is None
             else:
                 assert state is not None and state.digest() == before
             if state is not None:
