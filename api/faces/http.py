@@ -25,6 +25,7 @@ from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.faces.audit_page import add_audit_routes
 from memstream.api.faces.auth import BearerAuth, not_admin, scope_caller
 from memstream.api.faces.console.routes import add_console_routes
+from memstream.api.faces.feed import EngineFeed, add_feed_route
 from memstream.api.faces.mcp import streamable_http_app
 from memstream.api.faces.origin import OriginGuard, origin_policy
 from memstream.api.faces.sessions import AuditSessions
@@ -212,6 +213,9 @@ def create_app(
     sessions = AuditSessions(settings.audit_session_s) if acl is not None else None
     add_audit_routes(app, acl, sessions)
     add_console_routes(app, acl, sessions)  # GET /: the console (and its login in ACL mode)
+
+    # GET /v1/events: the change feed as Server-Sent Events (api/faces/feed.py)
+    add_feed_route(app, lambda request: EngineFeed(request.app.state.engine.feed), settings, acl)
 
     if mcp_app is not None:
         # A Route (not a Mount) so that POST /mcp itself is served, not redirected to /mcp/.

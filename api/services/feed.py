@@ -16,8 +16,8 @@ Use::
 ``subscribe`` is called; such a subscriber is fanned out to at once, even before it reads). Items
 come in log order, strictly increasing offsets, each once: a subscriber starting in the past
 reads the log in batches at its own pace, then joins the live fan-out where its reading ended.
-``agents`` / ``types``: None for all. Closing the engine ends every subscription (the
-iteration stops).
+``agents`` / ``types``: None for all; ``readable``: a predicate on agent ids (ACL mode: what
+the caller may read). Closing the engine ends every subscription (the iteration stops).
 
 Writers never wait on subscribers: a commit only calls ``notify`` (an event flag). One reader
 task reads what was appended since (and, every ``poll_seconds``, what other processes sharing
@@ -41,7 +41,7 @@ from memstream.api.services.entries import history_entry
 from memstream.streams.log.port import LogRecord
 
 DEFAULT_BUFFER = 1000  # events a subscriber may fall behind before it is cut off
-READ_BATCH = 1000
+READ_BATCH = 256  # below DEFAULT_BUFFER: one read never cuts off a subscriber that keeps up
 POLL_SECONDS = 0.5  # how soon another process's appends are seen (this process's: at once)
 
 
@@ -85,17 +85,30 @@ def render(rec: LogRecord, show: Callable[[LogRecord], dict[str, Any]] = history
 
 @dataclass(frozen=True, slots=True)
 class FeedFilter:
-    """Which events a subscriber gets: of these agents and these types (None: all)."""
+    """Which events a subscriber gets: of these agents and these types (None: all), and only of
+    agents ``readable`` admits (ACL mode: the agents the caller may read)."""
 
     agents: frozenset[str] | None = None
     types: frozenset[str] | None = None
+    readable: Callable[[str], bool] | None = None
 
     @classmethod
-    def of(cls, agents: Collection[str] | None = None, types: Collection[str] | None = None) -> FeedFilter:
-        return cls(None if agents is None else frozenset(agents), None if types is None else frozenset(types))
+    def of(
+        cls,
+        agents: Collection[str] | None = None,
+        types: Collection[str] | None = None,
+        readable: Callable[[str], bool] | None = None,
+    ) -> FeedFilter:
+        return cls(
+            None if agents is None else frozenset(agents), None if types is None else frozenset(types), readable
+        )
 
     def admits(self, agent_id: str, type_: str) -> bool:
-        return (self.agents is None or agent_id in self.agents) and (self.types is None or type_ in self.types)
+        return (
+            (self.agents is None or agent_id in self.agents)
+            and (self.types is None or type_ in self.types)
+            and (self.readable is None or self.readable(agent_id))
+        )
 
 
 def parse_types(text: str | None) -> frozenset[str] | None:
@@ -107,16 +120,15 @@ def parse_types(text: str | None) -> frozenset[str] | None:
 
 
 class FeedCutOff(Exception):
-    """The subscriber stopped keeping up: it got everything before ``resume_from``, nothing after."""
+    """The subscriber stopped keeping up: it got everything before ``position``, nothing after.
+    ``resume_from``: that position as a log offset (the embedded feed; None where positions are
+    not offsets)."""
 
-    def __init__(self, resume_from: int, reason: str) -> None:
-        super().__init__(f"cut off at {resume_from}: {reason}")
-        self.resume_from = resume_from
+    def __init__(self, position: str, reason: str, resume_from: int | None = None) -> None:
+        super().__init__(f"cut off at {position}: {reason}")
+        self.position = position
         self.reason = reason
-
-    @property
-    def position(self) -> str:
-        return str(self.resume_from)
+        self.resume_from = resume_from
 
 
 class Subscription:
@@ -178,6 +190,19 @@ class Subscription:
             else:
                 await self._catch_up()
 
+    async def next_batch(self, limit: int = READ_BATCH) -> list[FeedItem]:
+        """The next items at once (waiting for at least one), for a face that writes them
+        together; [] once the subscription has ended. Raises FeedCutOff as iteration does."""
+        try:
+            out = [await self.__anext__()]
+        except StopAsyncIteration:
+            return []
+        queue = self._live if self._joined else self._backlog
+        while queue and len(out) < limit:
+            out.append(queue.popleft())
+        self.last_offset = out[-1].offset
+        return out
+
     async def _catch_up(self) -> None:
         """Read one batch of the log's past, or join the live fan-out where the past ends.
 
@@ -207,7 +232,9 @@ class Subscription:
         if item.offset < self._cursor or not self.filter.admits(item.agent_id, item.type):
             return
         if len(self._live) >= self._buffer:
-            self._cut = FeedCutOff(item.offset, f"the subscriber fell more than {self._buffer} events behind")
+            self._cut = FeedCutOff(
+                item.position, f"the subscriber fell more than {self._buffer} events behind", item.offset
+            )
             self._feed._leave(self)
             self._ready.set()
             return
@@ -235,11 +262,12 @@ class Feed:
         types: Collection[str] | None = None,
         start: int | None = None,
         buffer: int = DEFAULT_BUFFER,
+        readable: Callable[[str], bool] | None = None,
     ) -> Subscription:
         live = start is None
         if start is None:  # from the end as of now (one indexed lookup), not as of the first read
             start = self.log.end_offset()
-        sub = Subscription(self, FeedFilter.of(agents, types), start, buffer)
+        sub = Subscription(self, FeedFilter.of(agents, types, readable), start, buffer)
         if self._closed:
             sub.close()
         elif live:  # nothing to catch up with: joins now (the floor drops what the reader has not passed)

@@ -82,6 +82,8 @@ def test_filter_admits_agents_and_types() -> None:
     assert not f.admits("a1", "memory.updated")
     assert FeedFilter().admits("anyone", "anything")
     assert FeedFilter.of(None, ["memory.updated"]).admits("x", "memory.updated")
+    readable = FeedFilter.of(None, None, lambda agent: agent != "secret")
+    assert readable.admits("a1", "memory.stored") and not readable.admits("secret", "memory.stored")
 
 
 def test_parse_types() -> None:
@@ -167,6 +169,8 @@ async def test_a_filtered_subscriber_starting_in_the_past_reads_only_its_events(
     assert got == [o for o in range(30) if o % 3 in (0, 2) and o % 2 == 0]
     async with feed.subscribe(agents=["a2"], start=10) as sub:
         assert [i.offset for i in await take(sub, 3)] == [10, 13, 16]
+    async with feed.subscribe(start=0, readable=lambda agent: agent == "a3") as sub:
+        assert [i.offset for i in await take(sub, 4)] == [2, 5, 8, 11]
     await feed.close()
 
 
