@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,6 +199,19 @@ def events_by(fraction: float, rate: float, seconds: float) -> int:
     """The write events expected ``fraction`` of the way through a run at ``rate``."""
     share = sum(w for op, w in MIX if op in WRITES)
     return max(1, round(rate * share * seconds * fraction))
+
+
+def agent_names(count: int) -> list[str]:
+    return [f"soak-agent-{n}" for n in range(count)]
+
+
+def per_partition(events: int, agents: Sequence[str], partitions: int) -> int:
+    """The share of ``events`` the busiest partition gets (the agents' events are equal), so
+    that partition checkpoints when the whole log holds ``events``; the others a little later."""
+    from memstream.streams.log.port import partition_for
+
+    busiest = max(Counter(partition_for(a, partitions) for a in agents).values())
+    return max(1, events * busiest // len(agents))
 
 
 def format_table(table: Sequence[Mapping[str, Any]], resources: Sequence[Mapping[str, Any]]) -> str:
@@ -381,7 +395,7 @@ class Agents:
     which of them an update is in flight on (a delete never picks those)."""
 
     def __init__(self, count: int) -> None:
-        self.names = [f"soak-agent-{n}" for n in range(count)]
+        self.names = agent_names(count)
         self.live: list[list[int]] = [[] for _ in range(count)]
         self.busy: list[set[int]] = [set() for _ in range(count)]
         self.stored = [0] * count
@@ -551,8 +565,8 @@ async def middle_rebuild(dep: Deployment, at_s: float, t0: float) -> dict[str, A
 async def soak(args: argparse.Namespace, rate: float, root: Path) -> dict[str, Any]:
     seconds = args.minutes * 60
     checkpoint_every = args.agents * args.seed_memories + events_by(CHECKPOINT_AT, rate, seconds)
-    if args.mode == "kafka":  # a worker counts per partition: the events of one agent in four
-        checkpoint_every = max(1, checkpoint_every // args.partitions)
+    if args.mode == "kafka":  # a worker counts per partition
+        checkpoint_every = per_partition(checkpoint_every, agent_names(args.agents), args.partitions)
     dep = Deployment(args.mode, root, checkpoint_every, args.bootstrap, args.partitions, args.embedder)
     dep.start()
     load: Load | None = None

@@ -127,3 +127,11 @@ def test_table_lists_every_minute_and_sample() -> None:
     assert lines[1].split()[:5] == ["1", "1", "0", "12.0", "12.0"]
     assert lines[2].split()[:5] == ["2", "1", "0", "30.0", "30.0"]
     assert "server=120" in text
+
+
+def test_kafka_checkpoint_interval_follows_the_busiest_partition() -> None:
+    names = soak.agent_names(8)  # two agents on each of 4 partitions
+    assert soak.per_partition(8000, names, 4) == 2000
+    assert soak.per_partition(8000, names, 1) == 8000
+    assert soak.per_partition(8000, names[:3], 4) == 8000 * 2 // 3  # two of the three share one
+    assert soak.per_partition(1, names, 4) == 1
