@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from .calls import prepare
+from .feed import AsyncEventStream, FeedCursor
 from .methods import AsyncTools
 from .remote import AsyncHttpTransport, headers_for
 from .retry import RetryPolicy
@@ -84,6 +85,28 @@ class AsyncClient(AsyncTools):
     async def call(self, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
         """Any tool by name with its arguments as a dict: the answer's JSON."""
         return await self._invoke(tool, dict(args or {}))
+
+    def events(
+        self,
+        agent_id: str | list[str] | None = None,
+        *,
+        types: str | list[str] | None = None,
+        start: str | int | None = None,
+        after: str | None = None,
+        reconnect: bool = True,
+    ) -> AsyncEventStream:
+        """The change feed (``GET /v1/events``): events as they are written, in log order.
+        ``agent_id``: one agent or several (none: every agent the caller may read); ``types``:
+        event types (``"memory.stored,memory.updated"`` or a list; none: all). ``start``: the
+        position of the first event to deliver; ``after``: a position already seen (deliver
+        what follows it); neither: from now on. A dropped connection or a server's cut-off is
+        resumed where the stream stood (``reconnect=False``: the iteration ends instead)."""
+        if self._closed:
+            raise RuntimeError("this client is closed")
+        if not isinstance(self._transport, AsyncHttpTransport):
+            raise NotImplementedError("the change feed is served over HTTP (memstream serve); a local client has none")
+        cursor = FeedCursor(agent_id, types, start, after)
+        return AsyncEventStream(self._transport.http, self.retry_policy, cursor, reconnect)
 
     async def close(self) -> None:
         """Release the connection pool (or checkpoint and close the local engine). Idempotent."""

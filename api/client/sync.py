@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from .calls import prepare
+from .feed import EventStream, FeedCursor
 from .methods import SyncTools
 from .remote import HttpTransport, headers_for
 from .retry import RetryPolicy
@@ -91,6 +92,28 @@ class Client(SyncTools):
         """Any tool by name with its arguments as a dict (say, one newer than this client):
         the answer's JSON, failures raised as for the methods."""
         return self._invoke(tool, dict(args or {}))
+
+    def events(
+        self,
+        agent_id: str | list[str] | None = None,
+        *,
+        types: str | list[str] | None = None,
+        start: str | int | None = None,
+        after: str | None = None,
+        reconnect: bool = True,
+    ) -> EventStream:
+        """The change feed (``GET /v1/events``): events as they are written, in log order.
+        ``agent_id``: one agent or several (none: every agent the caller may read); ``types``:
+        event types (``"memory.stored,memory.updated"`` or a list; none: all). ``start``: the
+        position of the first event to deliver; ``after``: a position already seen (deliver
+        what follows it); neither: from now on. A dropped connection or a server's cut-off is
+        resumed where the stream stood (``reconnect=False``: the iteration ends instead)."""
+        if self._closed:
+            raise RuntimeError("this client is closed")
+        if not isinstance(self._transport, HttpTransport):
+            raise NotImplementedError("the change feed is served over HTTP (memstream serve); a local client has none")
+        cursor = FeedCursor(agent_id, types, start, after)
+        return EventStream(self._transport.http, self.retry_policy, cursor, reconnect)
 
     def close(self) -> None:
         """Release the connection pool (or stop the local engine, checkpointing it). Idempotent."""

@@ -108,3 +108,68 @@ class ScriptedProxy:
                 await writer.drain()
         finally:
             writer.close()
+
+
+class TcpRelay:
+    """A TCP relay on loopback to ``upstream_port``, bytes passed both ways untouched, that can
+    cut every open connection at once (``cut()``): a network drop in the middle of a stream.
+    ``sent`` holds what clients sent, chunk by chunk (request heads start chunks)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = free_port()
+        self.sent: list[bytes] = []
+        self._writers: list[asyncio.StreamWriter] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> TcpRelay:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self._loop.close()
+
+    def cut(self) -> None:
+        """Close every connection open now, both sides."""
+        asyncio.run_coroutine_threadsafe(self._cut(), self._loop).result(timeout=30)
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def _cut(self) -> None:
+        writers, self._writers = self._writers, []
+        for writer in writers:
+            writer.close()
+
+    async def _stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self._cut()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        self._writers += [writer, up_writer]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, record: bool) -> None:
+            try:
+                while chunk := await src.read(65536):
+                    if record:
+                        self.sent.append(chunk)
+                    dst.write(chunk)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
