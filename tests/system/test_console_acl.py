@@ -160,6 +160,15 @@ def test_console_login_in_headless_chromium(acl_server: tuple[ServerThread, dict
             [cookie] = [c for c in context.cookies() if c["name"] == "memstream_console"]
             assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
             assert page.evaluate("document.cookie") == ""  # out of the page's script's reach
+            # The change feed takes the session too, and brings only the client's agents' events.
+            expect(page.locator("#live")).to_have_text("live")
+            admin = {"authorization": f"Bearer {TOKENS['admin']}"}
+            with httpx.Client(base_url=srv.url, timeout=30, headers=admin) as http:
+                for agent in ("bob", "alice"):  # bob's first: had it been delivered, it would be there by now
+                    r = http.post("/v1/tools/store", json={"agent_id": agent, "content": f"{agent} live {agent}"})
+                    assert r.json()["result"] == "stored", r.text
+            expect(page.locator("#feed-list li.feed-item").first).to_contain_text("alice live alice")
+            assert "bob live bob" not in page.locator("#feed-list").inner_text()
             # Tool calls from the page carry the session; another agent's memory is refused.
             page.goto(f"{srv.url}/#/agent/alice")
             expect(page.locator("#memories")).to_contain_text("alice's own note")
