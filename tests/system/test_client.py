@@ -5,6 +5,9 @@ id, token auth, connection reuse and the context-manager lifecycle, sync and asy
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -404,3 +407,18 @@ async def test_local_async_starts_on_first_call(tmp_path: Path) -> None:
         await memory.close()
     with pytest.raises(RuntimeError, match="closed"):
         await memory.list_memories("frank")
+
+
+def test_the_readme_snippet_runs(tmp_path: Path) -> None:
+    """README's "Use it from Python", as written, with the default model, in a fresh directory."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Use it from Python", 1)[1].split("\n## ", 1)[0]
+    lines = [line[4:] for line in section.splitlines() if line.startswith("    ")]
+    assert lines[0].startswith("pip install") and len(lines) == 5
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
+    run = subprocess.run(
+        [sys.executable, "-c", "\n".join(lines[1:])], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "The user prefers short answers\n"
+    assert (tmp_path / "memory" / "log.sqlite3").is_file()
