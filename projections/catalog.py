@@ -53,7 +53,7 @@ PRECISION: Final = ReadModel("precision", PrecisionProjection, lambda _, __: Pre
 VECTORS: Final = ReadModel(
     "vectors", VectorProjection, lambda blobs, opts: VectorProjection(blobs=blobs, hnsw=opts.vector_graphs)
 )
-LEXICAL: Final = ReadModel("lexical", LexicalProjection, lambda _, __: LexicalProjection())
+LEXICAL: Final = ReadModel("lexical", LexicalProjection, lambda blobs, _: LexicalProjection(blobs))
 ASSOCIATIONS: Final = ReadModel("associations", AssociationsProjection, lambda _, __: AssociationsProjection())
 STANDINGS: Final = ReadModel("standings", StandingsProjection, lambda _, __: StandingsProjection())
 VERSIONS: Final = ReadModel("versions", VersionsProjection, lambda _, __: VersionsProjection())

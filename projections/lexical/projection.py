@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import struct
 from typing import Any, Final
 
+import orjson
+
+from memstream.projections.lexical import sidecar
 from memstream.projections.lexical.bm25 import bm25
 from memstream.projections.lexical.index import AgentIndex
 from memstream.projections.lexical.keyword import keyword
 from memstream.projections.lexical.text import keyword_terms, query_tokens
 from memstream.projections.scope import ScopeFilter
+from memstream.streams.snapshots import SnapshotStore
 
-SNAPSHOT_VERSION: Final = 2  # 2: English stemming of BM25 tokens
+log = logging.getLogger(__name__)
+
+# 2: English stemming of BM25 tokens; 3: the analysed index in a sidecar (``sidecar.py``).
+SNAPSHOT_VERSION: Final = 3
+# Snapshots this version still loads: a version-2 one by analysing its texts again.
+LOADS: Final = frozenset({2, 3})
 
 
 def _text_of_episode(p: dict[str, Any]) -> str:
@@ -25,9 +37,11 @@ class LexicalProjection:
 
     name = "lexical"
 
-    def __init__(self) -> None:
+    def __init__(self, blobs: SnapshotStore | None = None) -> None:
+        self.blobs = blobs  # where the snapshot's sidecar goes; None: no sidecar (loads analyse)
         self.offset: int = -1
         self.agents: dict[str, AgentIndex] = {}
+        self._blob: str | None = None  # the sidecar the last snapshot named
 
     def _agent(self, agent_id: str) -> AgentIndex:
         idx = self.agents.get(agent_id)
@@ -118,18 +132,62 @@ class LexicalProjection:
     # -- snapshot -----------------------------------------------------------------------
 
     def to_snapshot(self) -> dict[str, Any]:
+        """The logical content (canonical: it is what digests compare), naming the sidecar
+        that holds the analysed index of the same content, written here if it is not there yet."""
         agents = {}
         for agent in sorted(self.agents):
             rows = self.agents[agent].live_rows()
             if rows:
                 agents[agent] = [list(r) for r in rows]
-        return {"version": SNAPSHOT_VERSION, "agents": agents}
+        rows_hash = hashlib.sha256(orjson.dumps(agents)).hexdigest()[:32]
+        name = f"{self.name}-{rows_hash}"
+        if self.blobs is not None and not self.blobs.blob_path(name).exists():
+            sidecar.write(self.blobs, name, self.agents, rows_hash)
+            on_disk = self._on_disk_blob()
+            for old in self.blobs.blob_names(f"{self.name}-"):
+                if old != name and old != on_disk:
+                    self.blobs.drop_blob(old)
+        self._blob = name
+        return {"version": SNAPSHOT_VERSION, "agents": agents, "blob": name}
+
+    def _on_disk_blob(self) -> str | None:
+        """The sidecar the checkpoint on disk names (kept until a new checkpoint replaces it)."""
+        assert self.blobs is not None
+        try:
+            body = self.blobs.load(self.name)
+            return str(body["state"]["blob"]) if body is not None else None
+        except (KeyError, TypeError):
+            return None
+
+    def drop_stale_sidecars(self) -> None:
+        """Once the snapshot naming the current sidecar is on disk, drop every other one (the
+        runner calls it after each checkpoint): a deleted or erased text must not linger in one."""
+        if self.blobs is not None and self._blob is not None:
+            for old in self.blobs.blob_names(f"{self.name}-"):
+                if old != self._blob:
+                    self.blobs.drop_blob(old)
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
-        if body.get("version") != SNAPSHOT_VERSION:
-            raise ValueError(f"lexical snapshot version {body.get('version')!r}, expected {SNAPSHOT_VERSION}")
+        """Reads the analysed index from the sidecar the snapshot names; without a sound one
+        (missing, damaged, another state's, or a version-2 snapshot) analyses the texts again."""
+        version = body.get("version")
+        if version not in LOADS:
+            raise ValueError(f"lexical snapshot version {version!r}, expected one of {sorted(LOADS)}")
         self.agents = {}
-        for agent, rows in body["agents"].items():
+        rows_by_agent: dict[str, list[list[Any]]] = body["agents"]
+        if version == SNAPSHOT_VERSION and self.blobs is not None:
+            name = body["blob"]
+            mv = self.blobs.load_blob(name)
+            if mv is not None:
+                try:
+                    self.agents = sidecar.read(mv, name.removeprefix(f"{self.name}-"), rows_by_agent)
+                    return
+                except (ValueError, KeyError, TypeError, IndexError, struct.error, orjson.JSONDecodeError) as exc:
+                    log.warning("lexical sidecar %s unusable (%s); re-analysing the texts", name, exc)
+                    self.agents = {}
+            else:
+                log.warning("lexical sidecar %s missing or damaged; re-analysing the texts", name)
+        for agent, rows in rows_by_agent.items():
             idx = self._agent(agent)
             for ref, project, channel, seq, text in rows:
                 idx.add(ref, project, channel, int(seq), text)

@@ -1,0 +1,221 @@
+"""The lexical snapshot's sidecar: each agent's analysed index (slots, postings, keyword words) as
+binary arrays, so a restart reads the index instead of re-analysing every text."""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from itertools import pairwise
+from sys import intern
+from typing import Any, Final
+
+import numpy as np
+import orjson
+
+from memstream.projections.lexical.index import AgentIndex
+from memstream.streams.snapshots import SnapshotStore
+
+FORMAT: Final = 1
+
+# The per-slot columns, with the dtype each is stored in.
+_COLUMNS: Final = (("seq", np.int64), ("dlen", np.float64), ("proj", np.int32), ("chan", np.int32), ("alive", np.bool_))
+
+
+class _Parts:
+    """Arrays laid out one after another, each 64-byte aligned; the header names them [offset, bytes]."""
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+        self.pos = 0
+
+    def put(self, data: Any) -> list[int]:
+        view = memoryview(data).cast("B")
+        at, nbytes = self.pos, view.nbytes
+        if nbytes:
+            self.parts.append(view)
+        pad = (-nbytes) % 64
+        if pad:
+            self.parts.append(b"\0" * pad)
+        self.pos += nbytes + pad
+        return [at, nbytes]
+
+
+def _flat(lists: Sequence[array]) -> tuple[np.ndarray, np.ndarray]:
+    """Several int32 arrays as one CSR: (prefix sums of their lengths, their concatenation)."""
+    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter((len(a) for a in lists), dtype=np.int64, count=len(lists)), out=ptr[1:])
+    return ptr, np.frombuffer(b"".join(lists), dtype=np.int32)
+
+
+def _keep(ptr: np.ndarray, flat: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The prefix sums of a CSR once only the ``keep`` entries of ``flat`` stay."""
+    owner = np.repeat(np.arange(ptr.shape[0] - 1), np.diff(ptr))
+    out = np.zeros(ptr.shape[0], dtype=np.int64)
+    np.cumsum(np.bincount(owner[keep], minlength=ptr.shape[0] - 1), out=out[1:])
+    return out
+
+
+def _agent_entry(name: str, idx: AgentIndex, parts: _Parts) -> dict[str, Any]:
+    """One agent's index without its dead slots, and without the keyword words and grams only
+    dead slots held: what the sidecar keeps is what the live rows say (an erased or deleted
+    text leaves nothing in it), renumbered in slot order so recency ties break the same."""
+    kw = idx.kw
+    if len(kw.dw):
+        kw.merge()  # the pending keyword postings join the CSR; the answers do not change
+    n = idx.n
+    alive = idx.alive[:n]
+    live = np.flatnonzero(alive)
+    remap = np.full(n, -1, dtype=np.int32)
+    remap[live] = np.arange(live.shape[0], dtype=np.int32)
+    # BM25 postings: every term is held by a live row (``remove`` drops the others).
+    terms = list(idx.post)
+    sptr, sflat = _flat([idx.post[t][0] for t in terms])
+    _, tflat = _flat([idx.post[t][1] for t in terms])
+    keep = alive[sflat]
+    pptr = _keep(sptr, sflat, keep)
+    # Keyword words: those some live row holds, renumbered in order; their grams likewise.
+    n_words = kw.ptr.shape[0] - 1
+    wkeep = alive[kw.flat]
+    wptr_all = _keep(kw.ptr, kw.flat, wkeep)
+    live_words = np.diff(wptr_all) > 0
+    wremap = np.full(len(kw.words), -1, dtype=np.int32)
+    wremap[:n_words][live_words] = np.arange(int(live_words.sum()), dtype=np.int32)
+    words = [w for w, ok in zip(kw.words, live_words.tolist(), strict=False) if ok]
+    wptr = np.concatenate(([0], wptr_all[1:][live_words])).astype(np.int64)
+    grams = list(kw.grams)
+    gptr_all, gflat = _flat([kw.grams[g] for g in grams])
+    gkeep = wremap[gflat] >= 0
+    gptr_kept = _keep(gptr_all, gflat, gkeep)
+    live_grams = np.diff(gptr_kept) > 0
+    return {
+        "agent": name,
+        "n": int(live.shape[0]),
+        "total_len": idx.total_len,
+        "refs": [idx.refs[i] for i in live.tolist()],
+        "names": idx.names,
+        "columns": {col: parts.put(np.ascontiguousarray(getattr(idx, col)[live])) for col, _ in _COLUMNS},
+        "terms": terms,
+        "df": parts.put(np.fromiter((idx.df[t] for t in terms), dtype=np.int32, count=len(terms))),
+        "post_ptr": parts.put(pptr),
+        "post_slots": parts.put(remap[sflat[keep]]),
+        "post_tfs": parts.put(tflat[keep]),
+        "words": words,
+        "word_ptr": parts.put(wptr),
+        "word_flat": parts.put(remap[kw.flat[wkeep]]),
+        "grams": [g for g, ok in zip(grams, live_grams.tolist(), strict=True) if ok],
+        "gram_ptr": parts.put(np.concatenate(([0], gptr_kept[1:][live_grams])).astype(np.int64)),
+        "gram_words": parts.put(wremap[gflat[gkeep]]),
+    }
+
+
+def layout(agents: dict[str, AgentIndex], rows_hash: str) -> tuple[dict[str, Any], list[Any]]:
+    """The header (JSON: strings and where each array is) and the arrays, for every agent."""
+    parts = _Parts()
+    entries = [_agent_entry(name, agents[name], parts) for name in sorted(agents) if agents[name].slot_of]
+    return {"format": FORMAT, "rows_hash": rows_hash, "agents": entries}, parts.parts
+
+
+def encode(agents: dict[str, AgentIndex], rows_hash: str) -> list[Any]:
+    """The sidecar's bytes, as parts written in order: header length, header, arrays."""
+    header, parts = layout(agents, rows_hash)
+    head = orjson.dumps(header)
+    head_len = len(head) + (-(len(head) + 8) % 64)
+    return [struct.pack("<Q", head_len), head.ljust(head_len, b" "), *parts]
+
+
+def write(blobs: SnapshotStore, name: str, agents: dict[str, AgentIndex], rows_hash: str) -> None:
+    blobs.save_blob(name, encode(agents, rows_hash))
+
+
+def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> dict[str, AgentIndex]:
+    """The agents' indexes from a sidecar, their texts from the snapshot's ``rows``; raises
+    ``ValueError`` (or ``KeyError``, ``TypeError``, ``IndexError``, ``struct.error``) when the
+    sidecar is not the one of these rows, or is inconsistent."""
+    (head_len,) = struct.unpack_from("<Q", mv, 0)
+    header = orjson.loads(bytes(mv[8 : 8 + head_len]))
+    if header.get("format") != FORMAT or header.get("rows_hash") != rows_hash:
+        raise ValueError("lexical sidecar is not this snapshot's")
+    base = 8 + head_len
+
+    def arr(spec: list[int], dtype: Any, count: int | None = None) -> np.ndarray:
+        at, nbytes = spec
+        size = np.dtype(dtype).itemsize
+        if count is None:
+            count = nbytes // size
+        if nbytes != count * size or base + at + nbytes > mv.nbytes:
+            raise ValueError("lexical sidecar array of the wrong size")
+        return np.frombuffer(mv, dtype=dtype, count=count, offset=base + at) if count else np.empty(0, dtype)
+
+    def lists(ptr_spec: list[int], flat_spec: list[int], count: int) -> list[array]:
+        """``count`` int32 arrays of a CSR, each its own ``array`` (the fold appends to them)."""
+        ptr_arr = arr(ptr_spec, np.int64, count + 1)
+        flat = arr(flat_spec, np.int32)
+        if ptr_arr[0] != 0 or ptr_arr[-1] != flat.shape[0] or bool(np.any(np.diff(ptr_arr) < 0)):
+            raise ValueError("lexical sidecar postings out of order")
+        raw = flat.data.cast("B")
+        out = []
+        for a, b in pairwise(ptr_arr.tolist()):
+            x = array("i")
+            x.frombytes(raw[a * 4 : b * 4])
+            out.append(x)
+        return out
+
+    agents: dict[str, AgentIndex] = {}
+    for e in header["agents"]:
+        idx = AgentIndex()
+        n = e["n"]
+        if len(e["refs"]) != n:
+            raise ValueError("lexical sidecar slots do not match their refs")
+        cap = max(16, n)
+        for col, dtype in _COLUMNS:
+            out = np.zeros(cap, dtype=dtype)
+            out[:n] = arr(e["columns"][col], dtype, n)
+            setattr(idx, col, out)
+        if not idx.alive[:n].all():
+            raise ValueError("lexical sidecar holds dead slots")
+        idx.n, idx.dead, idx.total_len = n, 0, e["total_len"]
+        idx.refs = e["refs"]
+        idx.names = e["names"]
+        idx.codes = {s: i for i, s in enumerate(idx.names)}
+        idx.slot_of = {ref: i for i, ref in enumerate(idx.refs)}
+        if len(idx.slot_of) != n:
+            raise ValueError("lexical sidecar refs repeat")
+        width = max(1, len(idx.names))
+        pairs, counts = np.unique(idx.proj[:n].astype(np.int64) * width + idx.chan[:n], return_counts=True)
+        idx.buckets = Counter(
+            {
+                (idx.names[pc // width], idx.names[pc % width]): c
+                for pc, c in zip(pairs.tolist(), counts.tolist(), strict=True)
+            }
+        )
+        terms = [intern(t) for t in e["terms"]]
+        idx.df = dict(zip(terms, arr(e["df"], np.int32, len(terms)).tolist(), strict=True))
+        slots = lists(e["post_ptr"], e["post_slots"], len(terms))
+        tfs = lists(e["post_ptr"], e["post_tfs"], len(terms))
+        idx.post = dict(zip(terms, zip(slots, tfs, strict=True), strict=True))
+        kw = idx.kw
+        kw.words = e["words"]
+        kw.ids = {w: i for i, w in enumerate(kw.words)}
+        kw.ptr = arr(e["word_ptr"], np.int64, len(kw.words) + 1).copy()
+        kw.flat = arr(e["word_flat"], np.int32, int(kw.ptr[-1])).copy()
+        if kw.flat.shape[0] and int(kw.flat.max()) >= n:
+            raise ValueError("lexical sidecar keyword postings past the slots")
+        grams = [intern(g) for g in e["grams"]]
+        kw.grams = dict(zip(grams, lists(e["gram_ptr"], e["gram_words"], len(grams)), strict=True))
+        # Texts: the snapshot's own rows (the logical content), one per slot.
+        agent_rows = rows.get(e["agent"], [])
+        if len(agent_rows) != n:
+            raise ValueError("lexical sidecar rows do not match the snapshot")
+        texts: list[str | None] = [None] * n
+        for ref, _, _, seq, text in agent_rows:
+            slot = idx.slot_of[ref]
+            if int(idx.seq[slot]) != seq:
+                raise ValueError("lexical sidecar row out of place")
+            texts[slot] = text
+        idx.texts = texts
+        agents[e["agent"]] = idx
+    if set(agents) != set(rows):
+        raise ValueError("lexical sidecar agents do not match the snapshot")
+    return agents

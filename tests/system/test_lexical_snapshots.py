@@ -1,0 +1,109 @@
+"""The lexical projection's snapshots on disk (a SnapshotStore in a temporary directory): the
+analysed index read back from its sidecar without analysing a text, the fallbacks (missing,
+damaged or foreign sidecar, a version-2 snapshot) that analyse the texts again, and the
+collection of old sidecars. The fold and the sidecar's format: tests/unit/test_lexical.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from memstream.projections.lexical import LexicalProjection
+from memstream.projections.lexical.index import AgentIndex
+from memstream.projections.runner import digest_of
+from memstream.streams.snapshots import SnapshotStore
+from tests.unit.test_lexical import answers, deleted, fold, sample_events, stored, updated
+
+
+def checkpointed(store: SnapshotStore, p: LexicalProjection) -> dict:
+    body = orjson.loads(orjson.dumps(p.to_snapshot()))
+    store.save("lexical", {"offset": p.offset, "state": body})
+    return body
+
+
+def no_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: object) -> None:
+        raise AssertionError("a text was analysed")
+
+    monkeypatch.setattr(AgentIndex, "add", refuse)
+
+
+def test_restore_reads_the_index_without_analysing_a_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SnapshotStore(tmp_path)
+    live = fold(*sample_events(), proj=LexicalProjection(store))
+    body = checkpointed(store, live)
+    assert body["version"] == 3 and store.blob_path(body["blob"]).exists()
+    expected = answers(live)
+    with monkeypatch.context() as m:
+        no_analysis(m)
+        restored = LexicalProjection(store)
+        restored.load_snapshot(body)
+    restored.offset = live.offset  # as the runner sets it from the checkpoint
+    assert digest_of(restored) == digest_of(live)
+    assert answers(restored) == expected
+    # the restored index folds on as the live one does
+    more = [stored(20, "a new row about kafka"), updated(20, "kafka replay digest"), deleted(2)]
+    fold(*more, proj=live)
+    fold(*more, proj=restored)
+    assert digest_of(restored) == digest_of(live) and answers(restored) == answers(live)
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "flipped", "foreign"])
+def test_a_bad_sidecar_costs_an_analysis_not_the_snapshot(tmp_path: Path, damage: str) -> None:
+    store = SnapshotStore(tmp_path)
+    live = fold(*sample_events(), proj=LexicalProjection(store))
+    body = checkpointed(store, live)
+    path = store.blob_path(body["blob"])
+    raw = path.read_bytes()
+    if damage == "missing":
+        path.unlink()
+    elif damage == "truncated":
+        path.write_bytes(raw[: len(raw) // 2])
+    elif damage == "flipped":
+        path.write_bytes(raw[:-100] + bytes([raw[-100] ^ 0xFF]) + raw[-99:])
+    else:  # a sound sidecar of another state under this name
+        other = fold(stored(1, "something else entirely"), proj=LexicalProjection(store))
+        other_body = other.to_snapshot()
+        path.write_bytes(store.blob_path(other_body["blob"]).read_bytes())
+    restored = LexicalProjection(store)
+    restored.load_snapshot(body)
+    assert digest_of(restored) == digest_of(live)
+    assert answers(restored) == answers(live)
+
+
+def test_a_version_2_snapshot_loads_by_analysing_its_texts(tmp_path: Path) -> None:
+    live = fold(*sample_events())
+    old = {"version": 2, "agents": live.to_snapshot()["agents"]}  # what the previous release wrote
+    restored = LexicalProjection(SnapshotStore(tmp_path))
+    restored.load_snapshot(old)
+    assert digest_of(restored) == digest_of(live) and answers(restored) == answers(live)
+    with pytest.raises(ValueError):
+        restored.load_snapshot({"version": 1, "agents": {}})
+
+
+def test_old_sidecars_are_dropped_once_a_newer_checkpoint_names_another(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    live = fold(stored(1, "first row"), proj=LexicalProjection(store))
+    first = checkpointed(store, live)["blob"]
+    fold(stored(2, "second row"), proj=live)
+    second = live.to_snapshot()["blob"]  # a digest or a checkpoint in progress: the disk's is kept
+    assert store.blob_names("lexical-") == sorted([first, second])
+    checkpointed(store, live)
+    fold(stored(3, "third row"), proj=live)
+    third = checkpointed(store, live)["blob"]
+    assert store.blob_names("lexical-") == sorted([second, third])
+    assert len({first, second, third}) == 3
+
+
+def test_drop_stale_sidecars_keeps_only_the_last_snapshots(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    live = fold(stored(1, "a secret row"), stored(2, "kept row"), proj=LexicalProjection(store))
+    checkpointed(store, live)
+    fold(deleted(1), proj=live)
+    last = checkpointed(store, live)["blob"]
+    assert len(store.blob_names("lexical-")) == 2  # the previous checkpoint's is still there
+    live.drop_stale_sidecars()  # as the runner does once the new checkpoint is saved
+    assert store.blob_names("lexical-") == [last]
+    assert b"secret" not in store.blob_path(last).read_bytes()
