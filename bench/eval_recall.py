@@ -107,6 +107,12 @@ MEMSTREAM_MODES: dict[str, dict[str, str]] = {
         "MEMSTREAM_RRF_EVIDENCE": "false",
         "MEMSTREAM_RRF_LEXICAL_WEIGHT": "0.5",
     },
+    # rrf without adjacent-turn evidence (MEMSTREAM_RECALL_NEIGHBOUR_WEIGHT, docs/eval.md "LoCoMo")
+    "rrf-flat": {
+        "MEMSTREAM_RECALL_RETRIEVERS": "all",
+        "MEMSTREAM_RECALL_MODE": "rrf",
+        "MEMSTREAM_RECALL_NEIGHBOUR_WEIGHT": "0",
+    },
     "rsf": {"MEMSTREAM_RECALL_RETRIEVERS": "all", "MEMSTREAM_RECALL_MODE": "rsf"},
     "cascade": {"MEMSTREAM_RECALL_RETRIEVERS": "all", "MEMSTREAM_RECALL_MODE": "cascade"},
 }

@@ -75,6 +75,9 @@ class Settings(BaseModel):
     # The lexical list's vote relative to the vector list's in rrf (docs/eval.md). With evidence
     # weighting the evidence does this job; 0.5 was the classic order's default.
     rrf_lexical_weight: float = Field(default=1.0, ge=0)
+    # Adjacent-turn evidence under rrf: a row's evidence in each list plus this share of its
+    # neighbour's (the previous/next memory in write order); 0 turns it off (docs/eval.md, "LoCoMo").
+    recall_neighbour_weight: float = Field(default=0.25, ge=0, le=1)
     confidence_enabled: bool = False
     confidence_ordering: Literal["fusion", "legacy"] = "fusion"
     episode_penalty_enabled: bool = False
@@ -203,6 +206,7 @@ _ENV = {
     "rrf_k": "MEMSTREAM_RRF_K",
     "rrf_evidence": "MEMSTREAM_RRF_EVIDENCE",
     "rrf_lexical_weight": "MEMSTREAM_RRF_LEXICAL_WEIGHT",
+    "recall_neighbour_weight": "MEMSTREAM_RECALL_NEIGHBOUR_WEIGHT",
     "confidence_enabled": "MEMSTREAM_CONFIDENCE_ENABLED",
     "confidence_ordering": "MEMSTREAM_CONFIDENCE_ORDERING",
     "episode_penalty_enabled": "MEMSTREAM_EPISODE_PENALTY_ENABLED",

@@ -37,6 +37,9 @@ class RecallSettings(Protocol):
     def rrf_lexical_weight(self) -> float: ...
 
     @property
+    def recall_neighbour_weight(self) -> float: ...
+
+    @property
     def confidence_enabled(self) -> bool: ...
 
     @property

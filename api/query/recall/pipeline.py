@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from memstream.api.query.recall import fusion
+from memstream.api.query.recall import fusion, neighbours
 from memstream.api.query.recall.gate import GateConfig, apply_gate, autocut, confidence_of, episode_factor, keyed_signal
 from memstream.api.query.recall.models import RecallModels, Row
 from memstream.api.query.recall.options import RecallSettings
@@ -112,12 +112,19 @@ def run_recall(
     """Retrieve, fuse, score, gate and order. ``gate=False`` returns every fused candidate
     (calibration measures the gate's inputs, not its outputs)."""
     depth = max(req.limit, 1) * (3 if req.deep else 1)
-    fetch = depth * 2 if (req.source_id or req.exclude or req.after or req.before) else depth
+    mode = settings.recall_mode
+    # Adjacent-turn evidence (neighbours.py) reorders each list over a deeper cut of it, under
+    # the evidence-weighted rrf with both retrievers; every other configuration is as before.
+    neighbour_weight = settings.recall_neighbour_weight
+    if not (mode == "rrf" and settings.rrf_evidence and settings.recall_retrievers == "all"):
+        neighbour_weight = 0.0
+    keep = depth * neighbours.DEPTH_FACTOR if neighbour_weight > 0 else depth
+    fetch = keep * 2 if (req.source_id or req.exclude or req.after or req.before) else keep
     use_vector = query_vec is not None and settings.recall_retrievers in ("all", "vector")
     use_lexical = settings.recall_retrievers in ("all", "lexical")
 
     def admitted(ranked: list[tuple[str, float]]) -> list[tuple[str, float]]:
-        return [(r, s) for r, s in ranked if _admit(engine, req, r)][:depth]
+        return [(r, s) for r, s in ranked if _admit(engine, req, r)][:keep]
 
     window: list[tuple[str, float]] = []
     far: list[tuple[str, float]] = []
@@ -154,11 +161,17 @@ def run_recall(
     # rows. Counted separately it would give lexical evidence two votes against the vector's
     # one, and the keyword channel's coarse order (matched-term counts) would outvote both.
     lexical_vote = list(lexical)
-    if use_lexical and len(lexical) < depth:
+    if use_lexical and len(lexical) < keep:
         in_lexical = {r for r, _ in lexical}
-        lexical_vote += [(r, s) for r, s in keyword() if r not in in_lexical][: depth - len(lexical)]
+        lexical_vote += [(r, s) for r, s in keyword() if r not in in_lexical][: keep - len(lexical)]
+    vector_ev = fusion.vector_evidence(window)
+    lexical_ev = fusion.lexical_evidence({r: shares.get(r, 0.0) for r, _ in lexical_vote})
+    if neighbour_weight > 0:
+        adjacency = neighbours.memory_adjacency(engine.memories, {r for r, _ in (*window, *lexical_vote)})
+        window, vector_ev = neighbours.reorder(window, vector_ev, adjacency, neighbour_weight)
+        lexical_vote, lexical_ev = neighbours.reorder(lexical_vote, lexical_ev, adjacency, neighbour_weight)
+        window, lexical_vote = window[:depth], lexical_vote[:depth]
     lists = {"vector": window, "far": far, "lexical": lexical_vote}
-    mode = settings.recall_mode
     if mode == "cascade":
         cands = fusion.cascade(window, [lexical, keyword()], settings.vector_min_similarity)
     elif mode == "rsf":
@@ -167,11 +180,7 @@ def run_recall(
         weights = {"lexical": settings.rrf_lexical_weight}
         evidence = None
         if settings.rrf_evidence:
-            evidence = {
-                "vector": fusion.vector_evidence(window),
-                "far": fusion.vector_evidence(far),
-                "lexical": fusion.lexical_evidence({r: shares.get(r, 0.0) for r, _ in lexical_vote}),
-            }
+            evidence = {"vector": vector_ev, "far": fusion.vector_evidence(far), "lexical": lexical_ev}
         cands = fusion.rrf({k: v for k, v in lists.items() if v}, k=settings.rrf_k, weights=weights, evidence=evidence)
 
     cfg = GateConfig(
