@@ -176,6 +176,9 @@ class AssociationsProjection:
             g = self.agents.get(agent)
             if g is None:
                 return
+            if p.get("agent_scope"):  # erase_agent_data: the agent's key sealed every declaration
+                del self.agents[agent]
+                return
             if t == "memory.deleted":
                 g.forget_record(f"mem:{p['id']}")
             elif t == "episode.deleted":

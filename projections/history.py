@@ -29,6 +29,8 @@ def refs_touched(ev: dict[str, Any]) -> list[str]:
 @dataclass
 class HistoryProjection:
     name: str = "history"
+    # Events whose key an erasure destroyed are still listed (as redacted entries): ids are clear.
+    sees_redacted = True
     offset: int = -1
     offsets: dict[str, list[int]] = field(default_factory=dict)
 

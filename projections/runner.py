@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
+from memstream.projections.redaction import fold_form, is_redacted, sees_redacted
 from memstream.streams.events import decode
 from memstream.streams.folding import bulk_fold
 from memstream.streams.log.port import EventLog
@@ -152,6 +153,9 @@ class ProjectionRunner:
     def checkpoint_to(self, snapshots: SnapshotStore) -> None:
         for p in self.projections:
             snapshots.save(p.name, {"offset": p.offset, "state": p.to_snapshot()})
+            drop_stale = getattr(p, "drop_stale_sidecars", None)
+            if drop_stale is not None:
+                drop_stale()
         self._since_checkpoint = 0
 
     def catch_up(self, stop: int | None = None, progress: ProgressFn | None = None, batch: int = 5_000) -> int:
@@ -177,13 +181,7 @@ class ProjectionRunner:
             if not records:
                 break
             for rec in records:
-                ev = decode(rec.value)
-                if rec.vector is not None:
-                    ev["vector"] = rec.vector  # the attachment, for folds that need vectors
-                for p in self.projections:
-                    if rec.offset > p.offset:
-                        p.apply(rec.offset, ev)
-                        p.offset = rec.offset
+                self.apply(rec.offset, rec.value, rec.vector)
             applied += len(records)
             pos = records[-1].offset + 1
             if progress is not None:
@@ -192,12 +190,14 @@ class ProjectionRunner:
 
     def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
         """Fold one record into every projection that has not applied it (``FoldedModels``)."""
-        ev = decode(value)
+        ev = fold_form(decode(value))
         if vector is not None:
-            ev["vector"] = vector
+            ev["vector"] = vector  # the attachment, for folds that need vectors
+        redacted = is_redacted(ev)
         for p in self.projections:
             if offset > p.offset:
-                p.apply(offset, ev)
+                if not redacted or sees_redacted(p):
+                    p.apply(offset, ev)
                 p.offset = offset
 
     def digests(self) -> dict[str, str]:

@@ -90,6 +90,29 @@ class DeleteAgentData(Command):
     name: ClassVar[str] = "delete_agent_data"
 
 
+# An erasure's reason is kept in the clear in the log and the audit: bounded, and the docs ask
+# that it name no one (docs/erasure.md).
+MAX_ERASE_REASON = 500
+
+
+class EraseMemory(Command):
+    """Crypto-shred one memory or episode: its keys are destroyed, so its content and vector
+    are gone from every copy memstream manages. A locked memory is erased too (docs/erasure.md)."""
+
+    name: ClassVar[str] = "erase_memory"
+    kind: Literal["mem", "ep"] = "mem"
+    record_id: int
+    reason: str = Field(min_length=1, max_length=MAX_ERASE_REASON)
+
+
+class EraseAgentData(Command):
+    """Crypto-shred everything of an agent, or only the memories of one source id."""
+
+    name: ClassVar[str] = "erase_agent_data"
+    reason: str = Field(min_length=1, max_length=MAX_ERASE_REASON)
+    source: str | None = Field(default=None, min_length=1, max_length=256)
+
+
 class SetRecallPrecision(Command):
     name: ClassVar[str] = "set_recall_precision"
     # A named level, "custom" (a raw beta), or None to clear the agent's override.
@@ -162,4 +185,6 @@ AnyCommand = (
     | SwitchEmbedding
     | DeclareAssociations
     | VerifyMemory
+    | EraseMemory
+    | EraseAgentData
 )

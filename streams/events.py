@@ -35,6 +35,8 @@ EventType = Literal[
     "standing.declared",
     "recall_precision.set",
     "agent_data.deleted",
+    "record.erased",
+    "agent.erased",
 ]
 
 EVENT_TYPES: Final[frozenset[str]] = frozenset(get_args(EventType))

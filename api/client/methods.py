@@ -25,6 +25,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "delete_agent_data": {"session_key": "", "command_id": None},
     "delete_episode": {"session_key": "", "command_id": None, "agent_id": None},
     "delete_memory": {"session_key": "", "command_id": None, "agent_id": None},
+    "erase_agent_data": {"session_key": "", "command_id": None, "source": None},
+    "erase_memory": {"session_key": "", "command_id": None, "memory_id": None, "ref": None},
     "export_memories": {"include_embeddings": False},
     "get_contents": {"as_of": None},
     "get_profile": {},
@@ -52,8 +54,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 # Tools that change the store; those taking a command_id are retried under the same one.
-WRITES = frozenset({"archive_episode", "declare_associations", "declare_standing", "delete_agent_data", "delete_episode", "delete_memory", "import_memories", "lock_memory", "merge_memories", "reembed", "set_recall_precision", "store", "unlock_memory", "update_memory", "update_profile", "verify_memory"})
-COMMAND_ID = frozenset({"archive_episode", "declare_associations", "declare_standing", "delete_agent_data", "delete_episode", "delete_memory", "import_memories", "lock_memory", "merge_memories", "set_recall_precision", "store", "unlock_memory", "update_memory", "update_profile", "verify_memory"})
+WRITES = frozenset({"archive_episode", "declare_associations", "declare_standing", "delete_agent_data", "delete_episode", "delete_memory", "erase_agent_data", "erase_memory", "import_memories", "lock_memory", "merge_memories", "reembed", "set_recall_precision", "store", "unlock_memory", "update_memory", "update_profile", "verify_memory"})
+COMMAND_ID = frozenset({"archive_episode", "declare_associations", "declare_standing", "delete_agent_data", "delete_episode", "delete_memory", "erase_agent_data", "erase_memory", "import_memories", "lock_memory", "merge_memories", "set_recall_precision", "store", "unlock_memory", "update_memory", "update_profile", "verify_memory"})
 
 
 class SyncTools:
@@ -109,6 +111,14 @@ class SyncTools:
     def delete_memory(self, memory_id: int, *, session_key: str = "", command_id: str | None = None, agent_id: str | None = None) -> r.DeleteResult:
         """Delete a memory. Refused if locked; its history stays."""
         return r.DeleteResult.model_validate(self._invoke("delete_memory", {"session_key": session_key, "command_id": command_id, "agent_id": agent_id, "memory_id": memory_id}))
+
+    def erase_agent_data(self, agent_id: str, reason: str, *, session_key: str = "", command_id: str | None = None, source: str | None = None) -> r.EraseResult:
+        """Erase everything of an agent (or only one source's memories) for good, locked memories included."""
+        return r.EraseResult.model_validate(self._invoke("erase_agent_data", {"session_key": session_key, "command_id": command_id, "agent_id": agent_id, "reason": reason, "source": source}))
+
+    def erase_memory(self, agent_id: str, reason: str, *, session_key: str = "", command_id: str | None = None, memory_id: int | None = None, ref: str | None = None) -> r.EraseResult:
+        """Erase a memory or episode for good (its keys are destroyed; a lock does not stop it). History keeps that it was erased, not what."""
+        return r.EraseResult.model_validate(self._invoke("erase_memory", {"session_key": session_key, "command_id": command_id, "agent_id": agent_id, "memory_id": memory_id, "ref": ref, "reason": reason}))
 
     def export_memories(self, agent_id: str, output_path: str, *, include_embeddings: bool = False) -> r.TransferResult:
         """Export an agent's memories, episodes and profile (with history; vectors on request) as JSONL under the export directory."""
@@ -260,6 +270,14 @@ class AsyncTools:
     async def delete_memory(self, memory_id: int, *, session_key: str = "", command_id: str | None = None, agent_id: str | None = None) -> r.DeleteResult:
         """Delete a memory. Refused if locked; its history stays."""
         return r.DeleteResult.model_validate(await self._invoke("delete_memory", {"session_key": session_key, "command_id": command_id, "agent_id": agent_id, "memory_id": memory_id}))
+
+    async def erase_agent_data(self, agent_id: str, reason: str, *, session_key: str = "", command_id: str | None = None, source: str | None = None) -> r.EraseResult:
+        """Erase everything of an agent (or only one source's memories) for good, locked memories included."""
+        return r.EraseResult.model_validate(await self._invoke("erase_agent_data", {"session_key": session_key, "command_id": command_id, "agent_id": agent_id, "reason": reason, "source": source}))
+
+    async def erase_memory(self, agent_id: str, reason: str, *, session_key: str = "", command_id: str | None = None, memory_id: int | None = None, ref: str | None = None) -> r.EraseResult:
+        """Erase a memory or episode for good (its keys are destroyed; a lock does not stop it). History keeps that it was erased, not what."""
+        return r.EraseResult.model_validate(await self._invoke("erase_memory", {"session_key": session_key, "command_id": command_id, "agent_id": agent_id, "memory_id": memory_id, "ref": ref, "reason": reason}))
 
     async def export_memories(self, agent_id: str, output_path: str, *, include_embeddings: bool = False) -> r.TransferResult:
         """Export an agent's memories, episodes and profile (with history; vectors on request) as JSONL under the export directory."""

@@ -95,6 +95,22 @@ class DeleteAgentDataResult(WriteResult):
     kept_locked: int = 0
 
 
+class EraseResult(WriteResult):
+    """erase_memory and erase_agent_data (docs/erasure.md): what was erased, and what sealing
+    could not reach (plaintext written before the log was sealed)."""
+
+    agent_id: str | None = None
+    kind: str | None = None
+    erased: list[str] = []
+    erased_memories: int = 0
+    erased_episodes: int = 0
+    erased_profile: bool = False
+    locked_overridden: list[str] = []
+    keys_destroyed: int = 0
+    offset: int | None = None
+    unreachable: list[str] = []
+
+
 class TransferResult(WriteResult):
     """export_memories, import_memories and merge_memories: counts by kind, as the server reports."""
 
@@ -329,6 +345,8 @@ RESULTS: dict[str, type[Result]] = {
     "delete_agent_data": DeleteAgentDataResult,
     "delete_episode": DeleteResult,
     "delete_memory": DeleteResult,
+    "erase_agent_data": EraseResult,
+    "erase_memory": EraseResult,
     "export_memories": TransferResult,
     "get_contents": GetContentsResult,
     "get_profile": ProfileResult,

@@ -261,6 +261,8 @@ AGENT_SCOPED = frozenset(
         "set_recall_precision",
         "declare_associations",  # anchor_ref: decided inside agent_id's partition
         "delete_agent_data",
+        "erase_memory",  # the handler erases only agent_id's record (decided in its partition)
+        "erase_agent_data",
         "reembed",
         "export_memories",  # agent_id '' exports every agent: a sweep
     }

@@ -12,9 +12,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from memstream.api.services import owners, ports
+from memstream.api.services import erasure, owners, ports
 from memstream.api.services.acl import AclConfig
 from memstream.api.services.embedders import Embedders
 from memstream.api.services.embedding import Embedder
@@ -33,7 +33,7 @@ from memstream.projections.catalog import (
 )
 from memstream.projections.runner import ProjectionRunner
 from memstream.streams.buses.embedded import EmbeddedCommandBus
-from memstream.streams.commands import Command
+from memstream.streams.commands import Command, EraseAgentData, EraseMemory
 from memstream.streams.decision.limits import Limits
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, Embedding, decode
@@ -104,14 +104,19 @@ class EmbeddedEngine(NamedModels):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         await self.bus.start()
-        await loop.run_in_executor(None, self._restore_projections)
+        restored = await loop.run_in_executor(None, self._restore_projections)
         self._started = True
+        # A crash after an erasure's event was appended (keys not yet destroyed, checkpoints
+        # not yet rewritten) is completed here, before anything is served.
+        await erasure.complete_pending(self, self.settings.data_dir, restored)
 
-    def _restore_projections(self) -> None:
+    def _restore_projections(self) -> int:
         self.runner.restore()
+        restored = self.runner.offset
         self.bind(self.runner.projections)  # a read model whose checkpoint was unusable was replaced
         self.fold("start-up", self.runner)
         freeze_long_lived()
+        return restored
 
     def fold(self, kind: str, runner: ProjectionRunner, stop: int | None = None) -> int:
         """``runner.catch_up(stop)`` (possibly long: start-up, a big tail, a point-in-time
@@ -152,6 +157,29 @@ class EmbeddedEngine(NamedModels):
         if committed.outcome.result == "rejected":
             mark_rejected(committed.outcome.error)  # the bus wrote its audit record
         return committed
+
+    async def erase(self, command: EraseMemory | EraseAgentData) -> dict[str, Any]:
+        """Append the erasure, then complete it before answering (api/services/erasure.py)."""
+        committed = await self.submit(command)
+        offset = committed.offset
+        if committed.outcome.result == "applied" and offset is None:  # a retry: completed again
+            offset = erasure.offset_of_command(self.log, command.scope.agent_id, command.command_id)
+        if committed.outcome.result != "applied" or offset is None:
+            return {"outcome": committed.outcome}
+        done = await erasure.complete(self, offset, self.settings.data_dir)
+        p = done["event"]["payload"]
+        offsets: list[int] = []
+        refs = [f"mem:{i}" for i in p["memory_ids"]] + [f"ep:{i}" for i in p["episode_ids"]]
+        await self.read(lambda: offsets.extend(o for r in refs for o in self.history.of(r)))
+        if p["agent_scope"]:
+            offsets.append(0)  # agent-wide data may be anywhere in the log
+        return {
+            "outcome": committed.outcome,
+            "offset": offset,
+            "payload": p,
+            "keys_destroyed": done["keys_destroyed"],
+            "unreachable": erasure.unreachable(self.log, offsets),
+        }
 
     async def refuse(self, record: AuditRecord) -> None:
         await self.bus.record_refusal(record)
@@ -226,4 +254,9 @@ class EmbeddedEngine(NamedModels):
 
 def _offers_the_surface(engine: EmbeddedEngine) -> ports.Engine:
     """Never called: mypy checks here that the embedded engine offers everything a tool may ask."""
+    return engine
+
+
+def _erases(engine: EmbeddedEngine) -> ports.Erasing:
+    """Never called: mypy checks here that the embedded engine can erase."""
     return engine

@@ -8,7 +8,7 @@ partition (api/kafka/worker/), and, for reads only, a point-in-time view
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from memstream.api.query.recall.models import RecallModels
 from memstream.api.services.acl import AclConfig
@@ -21,7 +21,7 @@ from memstream.projections.associations import AssociationsProjection
 from memstream.projections.history import HistoryProjection
 from memstream.projections.standings import StandingsProjection
 from memstream.projections.versions import VersionsProjection
-from memstream.streams.commands import Command
+from memstream.streams.commands import Command, EraseAgentData, EraseMemory
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, Embedding
 from memstream.streams.log.port import Committed, LogRecord
@@ -157,6 +157,18 @@ class HealthProbe(Protocol):
 
     def integrity(self) -> str:
         """The log's integrity check verdict ("ok" when sound)."""
+        ...
+
+
+@runtime_checkable
+class Erasing(Protocol):
+    """An engine that can crypto-shred (docs/erasure.md): the embedded one. A Kafka worker
+    gains it with a Kafka key store (docs/erasure.md, "Kafka mode"); until then the erase tools
+    say it is unavailable."""
+
+    async def erase(self, command: EraseMemory | EraseAgentData) -> dict[str, Any]:
+        """Submit the erasure and complete it (fold, destroy keys, rewrite checkpoints):
+        ``{"outcome": Outcome, ...report}``."""
         ...
 
 

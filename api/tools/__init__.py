@@ -5,6 +5,7 @@ from memstream.api.tools import (  # noqa: F401
     agents,
     associations,
     context,
+    erasure,
     fleet,
     graph,
     reads,

@@ -73,6 +73,9 @@ class VectorProjection:
 
     # -- fold -------------------------------------------------------------------------------
 
+    # Sees events an erasure redacted (projections/redaction.py): their agent and model stay.
+    sees_redacted = True
+
     def apply(self, offset: int, ev: dict[str, Any]) -> None:
         t = ev["type"]
         if t not in _HANDLED:
@@ -82,6 +85,15 @@ class VectorProjection:
         p = ev["payload"]
         agent_id = ev["scope"]["agent_id"]
         ag: Agent | None
+        if ev.get("redacted"):
+            # An erased record's store (its key destroyed): no row, but the agent and its model
+            # are what the live fold kept after dropping the row (projections/redaction.py).
+            if (t == "memory.stored" or t == "episode.archived") and p.get("embedding"):
+                self._set_model(self._agent(agent_id), p["embedding"]["model"], only_if_unset=True)
+            elif t == "memory.stored" or t == "episode.archived":
+                self._agent(agent_id)
+            self.offset = offset
+            return
         if t == "memory.stored" or t == "episode.archived":
             ag = self._agent(agent_id)
             key = row_key(MEM if t == "memory.stored" else EP, p["id"])
@@ -114,13 +126,21 @@ class VectorProjection:
             ag = self._agents.get(agent_id)
             if ag is not None:
                 self._forget(ag, row_key(EP, p["id"]))
-        else:  # agent_data.deleted
+        else:  # agent_data.deleted, or an erasure (projections/redaction.py)
             ag = self._agents.get(agent_id)
             if ag is not None:
                 for mid in p.get("memory_ids", ()):
                     self._forget(ag, row_key(MEM, mid))
                 for eid in p.get("episode_ids", ()):
                     self._forget(ag, row_key(EP, eid))
+                if p.get("erased"):
+                    # A graph only marks a removed node: its vector stays in the index and its
+                    # file. An erasure rebuilds the agent's graphs from the live rows instead.
+                    for model, g in ag.graphs.items():
+                        if g.index is not None:
+                            g.index = None
+                            g.removed = 0
+                            g.pending = ag.model_keys(model)
         if t.endswith("deleted") and agent_id in self._agents:
             ag = self._agents[agent_id]
             for model, g in ag.graphs.items():
@@ -179,6 +199,9 @@ class VectorProjection:
         vec = seg.row(pos).tobytes()
         self._hash = (self._hash - row_hash(key, ag.name, ag.bucket_list[bucket], seg.model, recency, vec)) % MOD
         seg.kill(key)
+        # A dead row waits for compaction; zeroed, no checkpoint sidecar keeps its vector
+        # (an erased one must not survive anywhere: docs/erasure.md).
+        seg.row(pos)[:] = 0
         ag.counts[bucket] -= 1
         self._rows -= 1
         g = ag.graphs.get(seg.model)
@@ -378,6 +401,12 @@ class VectorProjection:
     @property
     def content_hash(self) -> str:
         return f"{self._hash:064x}"
+
+    def drop_stale_sidecars(self) -> None:
+        """Once the snapshot naming the current sidecar is on disk, drop every older sidecar
+        (the runner calls it after each checkpoint): an erased vector must not linger in one."""
+        if self.blobs is not None:
+            sidecar.collect_garbage(self.blobs, self.name, keep={self._blob_name()})
 
     def _blob_name(self) -> str:
         return f"{self.name}-{self.content_hash[:32]}"

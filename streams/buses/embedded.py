@@ -11,6 +11,7 @@ import logging
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from memstream.streams.commands import Command
 from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
@@ -19,6 +20,7 @@ from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, decode
 from memstream.streams.folding import bulk_fold
 from memstream.streams.log.port import Committed, LogUnavailable
+from memstream.streams.log.sealing import ERASURE_TYPES, Sealer
 from memstream.streams.log.sqlite import SqliteLog
 from memstream.streams.snapshots import SnapshotStore
 
@@ -75,10 +77,22 @@ def catch_up_decision_state(
     else:
         behind = log_.end_offset() - 1 - state.event_offset if conn is None else 0
     with bulk_fold(behind):
-        return _catch_up(db, state, stop)
+        return _catch_up(db, state, stop, log_.sealer)
 
 
-def _catch_up(db: sqlite3.Connection, state: DecisionState, stop: tuple[int, int] | None = None) -> int:
+def _opened(sealer: Sealer | None, value: bytes) -> dict[str, Any]:
+    if sealer is None:
+        return decode(value)
+    ev = decode(sealer.open(value, None)[0])
+    if ev.get("type") in ERASURE_TYPES:
+        # Another process erased: its keys are going, so new writes must not reuse a cached one.
+        sealer.forget(ev["scope"]["agent_id"], ev["payload"].get("scopes"))
+    return ev
+
+
+def _catch_up(
+    db: sqlite3.Connection, state: DecisionState, stop: tuple[int, int] | None = None, sealer: Sealer | None = None
+) -> int:
     n = 0
     events_sql = 'SELECT "offset", value FROM events WHERE "offset" > ?'
     audit_sql = 'SELECT "offset", after_event, value FROM audit WHERE "offset" > ?'
@@ -102,11 +116,11 @@ def _catch_up(db: sqlite3.Connection, state: DecisionState, stop: tuple[int, int
         i = 0
         for offset, value in rows:
             while i < len(audits) and audits[i][1] < offset:
-                state.apply_audit(audits[i][0], decode(audits[i][2]))
+                state.apply_audit(audits[i][0], _opened(sealer, audits[i][2]))
                 i += 1
-            state.apply_event(offset, decode(value))
+            state.apply_event(offset, _opened(sealer, value))
         for a_offset, _, value in audits[i:]:
-            state.apply_audit(a_offset, decode(value))
+            state.apply_audit(a_offset, _opened(sealer, value))
         n += len(rows) + len(audits)
         if bound is None:
             return n
@@ -165,6 +179,17 @@ class EmbeddedCommandBus:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    async def checkpoint(self) -> None:
+        """Rewrite the decision snapshot now (after an erasure: the old one knew the record)."""
+        if self.snapshots is None:
+            return
+
+        def save() -> None:
+            if self.state is not None:
+                self._save_snapshot()
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, save)
 
     # -- the port ---------------------------------------------------------------------------
 
@@ -234,20 +259,23 @@ class EmbeddedCommandBus:
                 except Exception as exc:  # a bug in one decider must not sink the batch
                     log.exception("decider failed")
                     results.append(exc)
-            if events:
+            event_rows, audit_rows = self._sealed(events, audits)
+            if event_rows:
                 conn.executemany(
                     'INSERT INTO events("offset", partition, agent, type, value, vector) VALUES (?,?,?,?,?,?)',
-                    [(e.offset, e.partition, e.agent, e.type, e.value, e.vector) for e in events],
+                    event_rows,
                 )
-            if audits:
+            if audit_rows:
                 conn.executemany(
                     'INSERT INTO audit("offset", partition, agent, kind, after_event, value) VALUES (?,?,?,?,?,?)',
-                    [(a.offset, a.partition, a.agent, a.kind, a.after_event, a.value) for a in audits],
+                    audit_rows,
                 )
             conn.execute("COMMIT")
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
+            if self.log.sealer is not None:
+                self.log.sealer.reset()  # keys it cached may not have reached the key store
             # The state already folded events that were never committed: drop it and fold it
             # afresh. If the log cannot be read now either, no state is kept (readers of the
             # decision state see none): the next batch folds it before deciding anything.
@@ -261,6 +289,31 @@ class EmbeddedCommandBus:
         if self.snapshots is not None and self._since_snapshot >= self.snapshot_every:
             self._save_snapshot()
         return results
+
+    def _sealed(
+        self, events: list[NewEvent], audits: list[NewAudit]
+    ) -> tuple[list[tuple[int, int, str, str, bytes, bytes | None]], list[tuple[int, int, str, str, int, bytes]]]:
+        """The rows to insert, sealed; the keys they use are made durable first (a key must
+        never be missing for an event the log holds)."""
+        sealer = self.log.sealer
+        event_rows = []
+        for e in events:
+            value, vector = e.value, e.vector
+            if sealer is not None:
+                sealed = sealer.seal_event(e.offset, decode(e.value), e.vector)
+                if sealed is not None:
+                    value, vector = sealed
+            event_rows.append((e.offset, e.partition, e.agent, e.type, value, vector))
+        audit_rows = []
+        for a in audits:
+            value = a.value
+            if sealer is not None:
+                # Keys are ordered by event offsets: an audit record's comes after the event it followed.
+                value = sealer.seal_audit(a.after_event + 1, decode(a.value)) or value
+            audit_rows.append((a.offset, a.partition, a.agent, a.kind, a.after_event, value))
+        if sealer is not None:
+            sealer.keys.flush()
+        return event_rows, audit_rows
 
     def _save_snapshot(self) -> None:
         assert self.state is not None and self.snapshots is not None

@@ -7,6 +7,7 @@ from memstream.streams.decision.agent import decide_delete_agent, decide_precisi
 from memstream.streams.decision.declarations import decide_associations, decide_standing
 from memstream.streams.decision.embeddings import decide_reembed, decide_switch
 from memstream.streams.decision.episodes import decide_archive, decide_delete_episode
+from memstream.streams.decision.erasure import decide_erase_agent, decide_erase_memory
 from memstream.streams.decision.memo import outcome_of_memo
 from memstream.streams.decision.memories import decide_delete, decide_lock, decide_store, decide_update, decide_verify
 from memstream.streams.decision.state import DecisionState
@@ -49,4 +50,8 @@ def decide(state: DecisionState, cmd: c.Command, ctx: DecideContext) -> Decision
             return decide_reembed(state, st, cmd, ctx)
         case c.SwitchEmbedding():
             return decide_switch(state, st, cmd, ctx)
+        case c.EraseMemory():
+            return decide_erase_memory(state, st, cmd, ctx)
+        case c.EraseAgentData():
+            return decide_erase_agent(state, st, cmd, ctx)
     raise TypeError(f"no decider for {type(cmd).__name__}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memstream.streams.decision.associations.index import AssocIndex
-from memstream.streams.decision.memo import COMMAND_MEMO_PER_AGENT, Memo
+from memstream.streams.decision.memo import COMMAND_MEMO_PER_AGENT, REDACTED_REPORT, AssociationsMemo, Memo
 
 
 @dataclass(slots=True)
@@ -47,6 +47,13 @@ class AgentDecisionState:
         self.commands[command_id] = outcome
         if len(self.commands) > COMMAND_MEMO_PER_AGENT:
             self.commands.popitem(last=False)
+
+    def redact_reports(self) -> None:
+        """Declarations' reports name entities: once the agent's key is gone, a retry gets the
+        redacted form a replay derives (``memo.REDACTED_REPORT``)."""
+        for k, memo in self.commands.items():
+            if isinstance(memo, AssociationsMemo):
+                self.commands[k] = AssociationsMemo(memo.event_type, REDACTED_REPORT)
 
     def saw_model(self, models: tuple[str, ...]) -> None:
         if self.model is None and models:

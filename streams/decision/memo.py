@@ -16,6 +16,8 @@ _LOCKED: Final = "memory.locked"
 _AGENT_DELETED: Final = "agent_data.deleted"
 _ASSOCIATIONS: Final = ("associations.declared", "associations.retracted")
 _new: Final = tuple.__new__
+# A declaration's report once the agent's key is destroyed (erase_agent_data).
+REDACTED_REPORT: Final[dict[str, Any]] = {"redacted": True}
 
 
 class AppliedMemo(NamedTuple):
@@ -115,7 +117,7 @@ def memo_of_event(t: str, p: dict[str, Any]) -> EventMemo:
     if t == "memory.locked" and p.get("skipped"):
         return _new(LockSkipMemo, (p["id"], p["skipped"]))
     if t == "associations.declared" or t == "associations.retracted":
-        return _new(AssociationsMemo, (t, p["report"]))
+        return _new(AssociationsMemo, (t, p.get("report", REDACTED_REPORT)))
     return _new(AppliedMemo, (t, p.get("id")))
 
 

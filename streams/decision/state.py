@@ -13,6 +13,21 @@ from memstream.streams.decision.facts import AgentDecisionState, MemoryFacts, in
 from memstream.streams.decision.keys import content_key, source_id_of
 from memstream.streams.decision.memo import memo_from_json, memo_of_event, memo_to_json
 
+# Events a destroyed key leaves nothing of for the rules (the others' clear ids suffice).
+REDACTED_SKIPS: Final = frozenset(
+    {
+        "memory.stored",
+        "memory.updated",
+        "episode.archived",
+        "profile.updated",
+        "associations.declared",
+        "associations.retracted",
+        "standing.declared",
+        "memory.verified",
+        "memory.reembedded",
+    }
+)
+
 
 class DecisionState:
     """The fold of the whole log (all partitions an owner holds) that deciders consult."""
@@ -56,7 +71,14 @@ class DecisionState:
         p = ev["payload"]
         t = ev["type"]
         facts: MemoryFacts | None
-        if t == "memory.stored":
+        if ev.get("redacted") and t in REDACTED_SKIPS:
+            # Its key was destroyed: the record never existed for the rules, but its id stays
+            # allocated and a retry of its command still gets its first answer.
+            if t == "memory.stored" or t == "episode.archived":
+                self._saw_id(p["id"])
+            if t in ("memory.stored", "memory.updated", "episode.archived", "profile.updated"):
+                st.saw_model(models_of(p))
+        elif t == "memory.stored":
             mid = p["id"]
             self._saw_id(mid)
             scope = ev["scope"]
@@ -134,7 +156,24 @@ class DecisionState:
             if st.assoc is None:
                 st.assoc = AssocIndex()
             st.assoc.apply(ev["scope"]["project_id"], ev["scope"]["channel"], p)
+        elif t == "record.erased" or t == "agent.erased":
+            self._erase(st, p)
         st.remember(ev["command_id"], memo_of_event(t, p))
+
+    @staticmethod
+    def _erase(st: AgentDecisionState, p: dict[str, Any]) -> None:
+        """Leave the state as a replay leaves it once the erased keys are gone (docs/erasure.md)."""
+        for mid in p["memory_ids"]:
+            st.forget_memory(mid)
+        for eid in p["episode_ids"]:
+            st.episodes.pop(eid, None)
+        if p.get("agent_scope"):
+            st.has_profile = False
+            st.assoc = None
+            st.redact_reports()
+        elif st.assoc is not None:
+            for ref in [f"mem:{i}" for i in p["memory_ids"]] + [f"ep:{i}" for i in p["episode_ids"]]:
+                st.assoc.forget_record(ref)
 
     def apply_audit(self, offset: int, rec: dict[str, Any]) -> None:
         if offset <= self.audit_offset:

@@ -14,12 +14,17 @@ port's promise (ordered, offset-addressed per partition).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
+from memstream.streams.keys.master import resolve_master_key
+from memstream.streams.keys.sqlite import SqliteKeyStore
 from memstream.streams.log.port import LogRecord
+from memstream.streams.log.sealing import Sealer
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -48,6 +53,25 @@ BUSY_TIMEOUT_MS = 60_000
 # SQLite's integers are signed 64-bit: no offset lies past this, and binding a larger Python int
 # raises OverflowError, so reads from (or to) beyond it are answered here.
 MAX_OFFSET = 2**63 - 1
+KEYS_NAME = "keys.db"
+# "off" makes a new data directory write clear events: only for the benchmark's comparison
+# of sealing on and off (bench/erasure.py); never in service (docs/erasure.md).
+SEALING_ENV = "MEMSTREAM_SEALING"
+
+
+def sealing_wanted() -> bool:
+    return os.environ.get(SEALING_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def open_sealer(log_path: Path, *, seal_new: bool | None = None) -> Sealer | None:
+    """The sealer of the log at ``log_path``: its key store beside it, under the master key
+    (``streams/keys/master.py``). None when sealing is off and no key store exists yet."""
+    seal = sealing_wanted() if seal_new is None else seal_new
+    keys_path = log_path.with_name(KEYS_NAME)
+    if not seal and not keys_path.exists():
+        return None
+    master, _where = resolve_master_key(log_path.parent)
+    return Sealer(SqliteKeyStore(keys_path, master), seal_new=seal)
 
 
 def connect(path: Path, *, synchronous: str = "FULL") -> sqlite3.Connection:
@@ -65,9 +89,20 @@ def connect(path: Path, *, synchronous: str = "FULL") -> sqlite3.Connection:
 class SqliteLog:
     """Reader side of the embedded log (the bus holds its own writer connection)."""
 
-    def __init__(self, path: Path, *, num_partitions: int = DEFAULT_PARTITIONS, synchronous: str = "FULL") -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        num_partitions: int = DEFAULT_PARTITIONS,
+        synchronous: str = "FULL",
+        sealer: Sealer | Literal["auto"] | None = "auto",
+    ) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.sealer: Sealer | None = open_sealer(path) if sealer == "auto" else sealer
+        # Events before this offset were written before sealing began: they hold plaintext
+        # until the log is migrated (docs/erasure.md). 0: sealed from the first event.
+        self.sealed_from = 0
         self.synchronous = synchronous
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
@@ -85,6 +120,15 @@ class SqliteLog:
             else:
                 # Partition count is fixed at creation: ids and agent placement depend on it.
                 self.num_partitions = int(row[0])
+            sealed = conn.execute("SELECT value FROM meta WHERE key='sealed_from'").fetchone()
+            if sealed is not None:
+                self.sealed_from = int(sealed[0])
+            elif self.sealer is not None and self.sealer.seal_new:
+                end = conn.execute('SELECT COALESCE(MAX("offset"), -1) + 1 FROM events').fetchone()[0]
+                conn.execute("INSERT INTO meta VALUES('sealed_from', ?)", (str(end),))
+                self.sealed_from = int(end)
+            else:
+                self.sealed_from = -1  # never sealed (the benchmark's comparison)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -137,7 +181,19 @@ class SqliteLog:
             args.extend(types)
         sql += ' ORDER BY "offset" LIMIT ?'
         args.append(limit)
-        return [LogRecord(*row) for row in self.connection().execute(sql, args)]
+        return self._opened([LogRecord(*row) for row in self.connection().execute(sql, args)])
+
+    def _opened(self, records: list[LogRecord]) -> list[LogRecord]:
+        """Records as their readers see them: sealed ones opened, or redacted once their key is gone."""
+        sealer = self.sealer
+        if sealer is None or not records:
+            return records
+        sealer.refresh()
+        out = []
+        for r in records:
+            value, vector = sealer.open(r.value, r.vector)
+            out.append(r if value is r.value else LogRecord(r.offset, r.partition, r.agent_id, r.type, value, vector))
+        return out
 
     def read_offsets(self, offsets: Sequence[int]) -> list[LogRecord]:
         out: list[LogRecord] = []
@@ -149,7 +205,7 @@ class SqliteLog:
             sql = f'SELECT "offset", partition, agent, type, value, vector FROM events WHERE "offset" IN ({marks})'
             out.extend(LogRecord(*row) for row in conn.execute(sql, chunk))
         out.sort(key=lambda r: r.offset)
-        return out
+        return self._opened(out)
 
     def read_audit(
         self,
@@ -177,7 +233,7 @@ class SqliteLog:
             args.append(kind)
         sql += ' ORDER BY "offset" LIMIT ?'
         args.append(limit)
-        return [LogRecord(*row) for row in self.connection().execute(sql, args)]
+        return self._opened([LogRecord(*row) for row in self.connection().execute(sql, args)])
 
     def close(self) -> None:
         with self._lock:
@@ -185,3 +241,5 @@ class SqliteLog:
         for conn in conns:
             conn.close()
         self._local = threading.local()
+        if self.sealer is not None:
+            self.sealer.keys.close()

@@ -1,0 +1,170 @@
+"""Erasure (issue 16): after the erasure event is durably in the log, fold it, destroy the keys,
+rewrite every checkpoint that knew the record, and record it in the erasure ledger. A crash
+anywhere after the append is completed at the next start (``complete_pending``).
+See docs/erasure.md, "The order of an erasure".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from memstream.projections.runner import ProjectionRunner
+from memstream.streams.buses.embedded import EmbeddedCommandBus
+from memstream.streams.events import decode
+from memstream.streams.log.sealing import ERASURE_TYPES
+from memstream.streams.log.sqlite import SqliteLog
+
+log = logging.getLogger(__name__)
+
+LEDGER_NAME = "erasure-ledger.jsonl"
+LEDGER_ENV = "MEMSTREAM_ERASURE_LEDGER"
+
+
+class ErasingEngine(Protocol):
+    log: SqliteLog
+    bus: EmbeddedCommandBus
+    runner: ProjectionRunner
+
+    async def read(self, query: Any) -> Any: ...
+
+
+def ledger_paths(data_dir: Path) -> list[Path]:
+    """Where erasures are recorded: the data directory's ledger, and MEMSTREAM_ERASURE_LEDGER
+    (a path outside it, so a restore over a lost data directory still knows them)."""
+    paths = [data_dir / LEDGER_NAME]
+    extra = os.environ.get(LEDGER_ENV)
+    if extra:
+        paths.append(Path(extra))
+    return paths
+
+
+def ledger_entry(offset: int, ev: dict[str, Any]) -> dict[str, Any]:
+    """What the ledger keeps of an erasure: ids and scopes, never content nor the reason."""
+    p = ev["payload"]
+    return {
+        "event_id": ev["id"],
+        "offset": offset,
+        "at": ev["occurred_at"],
+        "agent_id": ev["scope"]["agent_id"],
+        "type": ev["type"],
+        "kind": p["kind"],
+        "memory_ids": p["memory_ids"],
+        "episode_ids": p["episode_ids"],
+        "agent_scope": p["agent_scope"],
+        "scopes": p["scopes"],
+    }
+
+
+def append_ledger(data_dir: Path, entry: dict[str, Any]) -> None:
+    line = orjson.dumps(entry) + b"\n"
+    for path in ledger_paths(data_dir):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_ledgers(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every entry of the ledgers at ``paths`` (once each, by event id), oldest first."""
+    seen: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        if not path.is_file():
+            continue
+        for line in path.read_bytes().splitlines():
+            if line.strip():
+                entry = orjson.loads(line)
+                seen.setdefault(entry["event_id"], entry)
+    return sorted(seen.values(), key=lambda e: (e["at"], e["event_id"]))
+
+
+def destroy_keys(log_: SqliteLog, offset: int, ev: dict[str, Any]) -> int:
+    """Destroy the keys an erasure event names (idempotent: none left, none destroyed)."""
+    sealer = log_.sealer
+    if sealer is None:
+        return 0
+    agent = ev["scope"]["agent_id"]
+    scopes = ev["payload"]["scopes"]
+    gone = sealer.keys.destroy(agent, scopes, offset)
+    sealer.forget(agent, scopes)
+    return gone
+
+
+def offset_of_command(log_: SqliteLog, agent_id: str, command_id: str) -> int | None:
+    """The offset of the erasure event a command appended (for a retried erase command)."""
+    types = tuple(sorted(ERASURE_TYPES))
+    for rec in log_.read(0, agent_id=agent_id, types=types, vectors=False, limit=1_000_000):
+        if decode(rec.value)["command_id"] == command_id:
+            return rec.offset
+    return None
+
+
+def unreachable(log_: SqliteLog, refs_offsets: list[int]) -> list[str]:
+    """What sealing cannot reach: events written before the log was sealed."""
+    if log_.sealed_from == 0:
+        return []
+    if log_.sealed_from < 0:
+        return ["this data directory was written with sealing off (MEMSTREAM_SEALING=off): its events are plaintext"]
+    if any(o < log_.sealed_from for o in refs_offsets) or not refs_offsets:
+        return [
+            f"log offsets 0..{log_.sealed_from - 1} hold plaintext written before sealing; run memstream seal"
+        ]
+    return []
+
+
+async def complete(engine: ErasingEngine, offset: int, data_dir: Path) -> dict[str, Any]:
+    """Steps 2 to 5 of an erasure whose event is at ``offset``: fold, destroy keys, rewrite
+    checkpoints, record in the ledger. Returns what it did."""
+    loop = asyncio.get_running_loop()
+    records = await loop.run_in_executor(None, engine.log.read_offsets, [offset])
+    ev = decode(records[0].value)
+    await engine.read(lambda: None)  # every read model drops the record
+    destroyed = await loop.run_in_executor(None, destroy_keys, engine.log, offset, ev)
+    await _rewrite_checkpoints(engine)
+    await loop.run_in_executor(None, append_ledger, data_dir, ledger_entry(offset, ev))
+    if engine.log.sealer is not None:
+        engine.log.sealer.keys.mark_erased(offset)
+    return {"event": ev, "keys_destroyed": destroyed}
+
+
+async def _rewrite_checkpoints(engine: ErasingEngine) -> None:
+    """Every checkpoint rewritten from state that no longer holds the record (the vector
+    sidecars and graph files included: a checkpoint writes new ones and drops the old)."""
+
+    def projections() -> None:
+        engine.runner.checkpoint()
+
+    await engine.read(projections)
+    await engine.bus.checkpoint()
+
+
+async def complete_pending(engine: ErasingEngine, data_dir: Path, restored_offset: int) -> int:
+    """At start: finish every erasure the log holds past the last one completed (a crash
+    between the append and the answer), and rewrite checkpoints older than the last erasure.
+    ``restored_offset``: the oldest offset the read models were restored from."""
+    sealer = engine.log.sealer
+    if sealer is None:
+        return 0
+    through, last = sealer.keys.erased_through()
+    loop = asyncio.get_running_loop()
+    pending = await loop.run_in_executor(
+        None, lambda: engine.log.read(through + 1, types=tuple(sorted(ERASURE_TYPES)), vectors=False, limit=1_000_000)
+    )
+    done = 0
+    for rec in pending:
+        ev = decode(rec.value)
+        await loop.run_in_executor(None, destroy_keys, engine.log, rec.offset, ev)
+        await loop.run_in_executor(None, append_ledger, data_dir, ledger_entry(rec.offset, ev))
+        done += 1
+        last = max(last, rec.offset)
+    if done or restored_offset < last:
+        await _rewrite_checkpoints(engine)
+    if pending:
+        sealer.keys.mark_erased(pending[-1].offset)
+    return done

@@ -1,0 +1,52 @@
+"""The key store port: where data keys (DEKs) live, so destroying one makes what it sealed unreadable.
+
+Scopes name what a key seals: ``mem:<id>``, ``ep:<id>`` (one record) or ``agent`` (the
+agent-wide data: profile, associations, audit copies). Several keys may share a scope (a new
+one after an erasure, or two processes racing to create it); a sealed value names its key by id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+KEY_ID_BYTES = 16
+DEK_BYTES = 32
+
+
+class KeyStore(Protocol):
+    def get(self, key_id: bytes) -> bytes | None:
+        """The unwrapped data key, or None once destroyed (or never made here)."""
+        ...
+
+    def create(self, agent: str, scope: str, first_offset: int) -> tuple[bytes, bytes]:
+        """A new (key id, data key), kept pending until ``flush``: a key must be durable before
+        any event it sealed is, so the bus flushes before it commits the log."""
+        ...
+
+    def flush(self) -> None: ...
+
+    def discard_pending(self) -> None:
+        """Forget keys made since the last flush (their events were never appended)."""
+        ...
+
+    def destroy(self, agent: str, scopes: Sequence[str] | None, before_offset: int) -> int:
+        """Destroy the agent's keys of ``scopes`` (None: all of the agent's) first used before
+        ``before_offset``, so no byte of them stays in the store's files. Returns how many went."""
+        ...
+
+    def generation(self) -> int:
+        """Bumped by every destruction (by any process): readers drop their cached keys when it moves."""
+        ...
+
+    def erased_through(self) -> tuple[int, int]:
+        """(the last erasure offset whose keys were destroyed here, the last erasure offset seen)."""
+        ...
+
+    def mark_erased(self, offset: int) -> None:
+        """Record that the erasure at ``offset`` (and all before it) is complete."""
+        ...
+
+    def rewrap(self, new_master: bytes, progress: Callable[[int, int], None] | None = None) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,216 @@
+"""Sealing at the log boundary: an event's content is encrypted under its record's data key
+before it reaches the log, and opened (or redacted, once the key is destroyed) when read.
+
+What stays clear is the envelope (id, type, scope, actor, command id, time) and the payload
+fields that routing, id allocation, the idempotency memo and the erasure folds need
+(``CLEAR``). Everything else in the payload, and the attached vector, is sealed with
+AES-256-GCM; the associated data binds the ciphertext to its event (the clear JSON holds the
+event id, type, agent and the key id). See docs/erasure.md.
+
+Why a codec rather than a wrapper around the ``EventLog``: the embedded bus writes inside its
+own SQLite transaction and reads the tail there too, so both adapters call this one codec
+where bytes cross the storage boundary (``SqliteLog`` on reads, the bus on appends).
+"""
+
+from __future__ import annotations
+
+import secrets
+import struct
+import threading
+from typing import Any, Final
+
+import orjson
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from memstream.streams.keys.port import KEY_ID_BYTES, KeyStore
+
+MAGIC: Final = b"\x00ms1"
+NONCE: Final = 12
+_HEAD: Final = len(MAGIC) + KEY_ID_BYTES + NONCE
+_LEN = struct.Struct("<I")
+
+ERASURE_TYPES: Final = frozenset({"record.erased", "agent.erased"})
+# Payload fields left in the clear: ids, flags and headers the folds, deciders and memos need
+# of an event whose key is gone. Nothing a person said or is described by.
+CLEAR: Final = frozenset(
+    {
+        "id",
+        "kind",
+        "ref",
+        "locked",
+        "embedding",
+        "skipped",
+        "memory_ids",
+        "episode_ids",
+        "profile",
+        "kept_locked",
+        "model",
+        "previous",
+        "level",
+        "beta",
+        "gate",
+    }
+)
+# Event types whose content lives under the agent's key rather than one record's.
+AGENT_SCOPED: Final = frozenset({"profile.updated", "associations.declared", "associations.retracted"})
+AGENT_SCOPE: Final = "agent"
+
+
+class SealBroken(Exception):
+    """A sealed value failed authentication: tampered with, or moved to another event."""
+
+
+def scope_of(event_type: str, payload: dict[str, Any]) -> str | None:
+    """The key scope an event's content is sealed under; None: the event carries no content."""
+    if event_type.startswith("memory."):
+        return f"{payload.get('kind', 'mem')}:{payload['id']}"
+    if event_type.startswith("episode."):
+        return f"ep:{payload['id']}"
+    if event_type == "standing.declared":
+        return str(payload["ref"])
+    if event_type in AGENT_SCOPED:
+        return AGENT_SCOPE
+    return None
+
+
+def _aad(key_id: bytes, clear: bytes) -> bytes:
+    return MAGIC + key_id + clear
+
+
+class Sealer:
+    """Seals and opens events and audit records with data keys from a ``KeyStore``.
+
+    Keys are cached: for sealing, the current key of each (agent, scope); for opening, by key
+    id. ``forget`` drops an agent's cached keys when an erasure is folded; a move of the key
+    store's generation (a destruction by any process) drops the opening cache."""
+
+    def __init__(self, keys: KeyStore, *, seal_new: bool = True) -> None:
+        self.keys = keys
+        self.seal_new = seal_new
+        self._current: dict[tuple[str, str], tuple[bytes, AESGCM]] = {}
+        self._open: dict[bytes, AESGCM | None] = {}
+        self._generation = keys.generation()
+        self._lock = threading.Lock()
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _key_for(self, agent: str, scope: str, offset: int) -> tuple[bytes, AESGCM]:
+        hit = self._current.get((agent, scope))
+        if hit is None:
+            key_id, dek = self.keys.create(agent, scope, offset)
+            hit = self._current[(agent, scope)] = (key_id, AESGCM(dek))
+            self._open[key_id] = hit[1]
+        return hit
+
+    def seal_event(self, offset: int, ev: dict[str, Any], vector: bytes | None) -> tuple[bytes, bytes | None] | None:
+        """The sealed (value, vector) of a decoded event about to be appended at ``offset``;
+        None when it stays clear (sealing off, or nothing in it to seal)."""
+        if not self.seal_new:
+            return None
+        agent = ev["scope"]["agent_id"]
+        t = ev["type"]
+        if t in ERASURE_TYPES:
+            self.forget(agent, ev["payload"].get("scopes"))
+            return None
+        payload = ev["payload"]
+        scope = scope_of(t, payload)
+        if scope is None:
+            return None
+        secret = {k: v for k, v in payload.items() if k not in CLEAR}
+        if not secret and vector is None:
+            return None
+        with self._lock:
+            key_id, aead = self._key_for(agent, scope, offset)
+        clear = orjson.dumps({**ev, "payload": {k: v for k, v in payload.items() if k in CLEAR}})
+        value = self._seal(key_id, aead, clear, orjson.dumps(secret))
+        sealed_vector = None
+        if vector is not None:
+            nonce = secrets.token_bytes(NONCE)
+            sealed_vector = nonce + aead.encrypt(nonce, vector, _aad(key_id, b"vector:" + ev["id"].encode()))
+        return value, sealed_vector
+
+    def seal_audit(self, offset: int, rec: dict[str, Any]) -> bytes | None:
+        """An audit record's request copy (a refused store carries its content) under the agent's key."""
+        request = rec.get("request")
+        if not self.seal_new or not request:
+            return None
+        agent = rec["scope"]["agent_id"]
+        with self._lock:
+            key_id, aead = self._key_for(agent, AGENT_SCOPE, offset)
+        clear = orjson.dumps({**rec, "request": {}})
+        return self._seal(key_id, aead, clear, orjson.dumps({"request": request}))
+
+    @staticmethod
+    def _seal(key_id: bytes, aead: AESGCM, clear: bytes, secret: bytes) -> bytes:
+        nonce = secrets.token_bytes(NONCE)
+        return MAGIC + key_id + nonce + _LEN.pack(len(clear)) + clear + aead.encrypt(nonce, secret, _aad(key_id, clear))
+
+    def forget(self, agent: str, scopes: list[str] | None = None) -> None:
+        """Drop the agent's cached sealing keys (of ``scopes``, or all): the next write makes new ones."""
+        with self._lock:
+            for k in [k for k in self._current if k[0] == agent and (scopes is None or k[1] in scopes)]:
+                key_id, _ = self._current.pop(k)
+                self._open.pop(key_id, None)
+
+    def reset(self) -> None:
+        """Drop every cached key (after a failed append: keys made for it may not be durable)."""
+        with self._lock:
+            self._current.clear()
+            self._open.clear()
+        self.keys.discard_pending()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Drop cached opening keys if any process destroyed keys since they were cached."""
+        generation = self.keys.generation()
+        if generation != self._generation:
+            with self._lock:
+                self._generation = generation
+                self._open.clear()
+                self._current.clear()
+
+    def _aead(self, key_id: bytes) -> AESGCM | None:
+        if key_id in self._open:
+            return self._open[key_id]
+        dek = self.keys.get(key_id)
+        aead = None if dek is None else AESGCM(dek)
+        if aead is not None:
+            self._open[key_id] = aead
+        return aead
+
+    def open(self, value: bytes, vector: bytes | None) -> tuple[bytes, bytes | None]:
+        """The plaintext (value, vector) of a stored record, or its redacted form (the clear
+        part with ``"redacted": true`` and no vector) when its key was destroyed.
+        Raises ``SealBroken`` when the ciphertext does not authenticate."""
+        if not value.startswith(MAGIC):
+            return value, vector
+        key_id = value[len(MAGIC) : len(MAGIC) + KEY_ID_BYTES]
+        nonce = value[len(MAGIC) + KEY_ID_BYTES : _HEAD]
+        (n,) = _LEN.unpack_from(value, _HEAD)
+        clear = value[_HEAD + 4 : _HEAD + 4 + n]
+        body = value[_HEAD + 4 + n :]
+        aead = self._aead(key_id)
+        ev = orjson.loads(clear)
+        if aead is None:
+            ev["redacted"] = True
+            return orjson.dumps(ev), None
+        try:
+            secret = orjson.loads(aead.decrypt(nonce, body, _aad(key_id, clear)))
+            opened_vector = None
+            if vector is not None:
+                opened_vector = aead.decrypt(
+                    vector[:NONCE], vector[NONCE:], _aad(key_id, b"vector:" + str(ev["id"]).encode())
+                )
+        except InvalidTag as exc:
+            raise SealBroken(f"sealed record {ev.get('id')!r} does not authenticate: refusing it") from exc
+        if "payload" in ev:
+            ev["payload"].update(secret)
+        else:
+            ev.update(secret)
+        return orjson.dumps(ev), opened_vector
+
+
+def is_sealed(value: bytes) -> bool:
+    return value.startswith(MAGIC)
