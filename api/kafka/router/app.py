@@ -30,7 +30,7 @@ from memstream.api.kafka.router.transfers import KafkaTransfers
 from memstream.api.kafka.wire import OWNER_PATH, PARTITION_HEADER, TRANSFER_TOOLS, route_partition, worker_headers
 from memstream.api.services.acl import AclConfig
 from memstream.api.services.settings import Settings, load_settings
-from memstream.api.tools.agents import may_read
+from memstream.api.tools.agents import LIST_AGENTS_CAP, may_read
 from memstream.api.tools.dispatch import encode_arguments, failure, parse_arguments, validated
 from memstream.api.tools.reads import LIST_CAP
 from memstream.api.tools.registry import Caller
@@ -266,6 +266,8 @@ class Router:
         if isinstance(args.as_of, int):
             why = "as_of as an offset names one partition's offset in Kafka mode: give an instant"
             return 400, orjson.dumps(failure(why))
+        if self.gate is not None:  # workers list every agent and the caller's are picked here: ask for all
+            body = orjson.dumps({**args.model_dump(exclude_none=True), "limit": LIST_AGENTS_CAP})
         rows: list[dict[str, Any]] = []
         more = False
         for status, content in await self._each_partition("list_agents", body, headers):
