@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
-from fastapi import FastAPI
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -35,6 +35,10 @@ class PositionError(ValueError):
     """A ``from`` or ``Last-Event-ID`` that is not a position this feed gave out."""
 
 
+class FeedUnavailable(Exception):
+    """The feed cannot be read now (Kafka mode: the broker did not answer): a 503."""
+
+
 class FeedEntry(Protocol):
     @property
     def position(self) -> str: ...
@@ -44,6 +48,11 @@ class FeedEntry(Protocol):
 
     @property
     def data(self) -> str: ...
+
+    @property
+    def sse(self) -> bytes:
+        """The SSE message (``frame`` of the three above), encoded once for every subscriber."""
+        ...
 
 
 class FeedStream(Protocol):
@@ -72,7 +81,8 @@ class FeedRequest:
 
 class FeedSource(Protocol):
     async def open(self, request: FeedRequest) -> FeedStream:
-        """Subscribe; raises ``PositionError`` for a position it cannot read."""
+        """Subscribe; ``PositionError`` for a position it cannot read, ``FeedUnavailable`` when
+        the log cannot be read now."""
         ...
 
 
@@ -118,7 +128,7 @@ def _json(body: object, status: int) -> Response:
 
 
 def add_feed_route(
-    app: FastAPI, source: Callable[[Request], FeedSource], settings: Settings, acl: AclConfig | None
+    app: Starlette, source: Callable[[Request], FeedSource], settings: Settings, acl: AclConfig | None
 ) -> None:
     """Serve ``GET /v1/events`` from the source ``source(request)`` names (the app's engine)."""
 
@@ -154,6 +164,8 @@ def add_feed_route(
             stream = await source(request).open(wanted)
         except PositionError as exc:
             return _json(failure(str(exc)), 400)
+        except FeedUnavailable as exc:
+            return _json(failure(f"log_unavailable: {exc}"), 503)
         return EventSourceResponse(
             _messages(stream),
             ping=settings.feed_keepalive_s,
@@ -164,16 +176,11 @@ def add_feed_route(
     app.router.routes.append(Route(PATH, events, methods=["GET"], include_in_schema=False))
 
 
-def frame(entry: FeedEntry) -> str:
-    """One SSE message (positions, types and compact JSON hold no line breaks)."""
-    return f"id: {entry.position}\nevent: {entry.type}\ndata: {entry.data}\n\n"
-
-
 async def _messages(stream: FeedStream) -> AsyncIterator[bytes | ServerSentEvent]:
     """What is ready goes out as one write: a subscriber's cost is per batch, not per event."""
     try:
         while batch := await stream.next_batch():
-            yield "".join(frame(entry) for entry in batch).encode()
+            yield b"".join(entry.sse for entry in batch)
     except FeedCutOff as cut:
         body = orjson.dumps({"resume_from": cut.position, "reason": cut.reason}).decode()
         yield ServerSentEvent(data=body, event="cutoff")

@@ -7,7 +7,7 @@ subscribers there are. docs/feed.md describes the feed as clients see it.
 Use::
 
     async with engine.feed.subscribe(agents={"a1"}, types={"memory.stored"}, start=None) as sub:
-        async for item in sub:  # FeedItem: offset, position, agent_id, type, entry, data
+        async for item in sub:  # FeedItem: offset, position, agent_id, type, entry, data, sse
             ...
     # a subscriber that fell ``buffer`` events behind: after its queued items, iteration
     # raises FeedCutOff (resume_from: the offset of the first event it was not given)
@@ -64,13 +64,15 @@ class FeedLog(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class FeedItem:
-    """One event as the feed delivers it: ``entry`` is the ``history`` entry, ``data`` its JSON."""
+    """One event as the feed delivers it: ``entry`` is the ``history`` entry, ``data`` its JSON,
+    ``sse`` its Server-Sent Events message (encoded once, however many subscribers send it)."""
 
     offset: int
     agent_id: str
     type: str
     entry: dict[str, Any]
     data: str
+    sse: bytes
 
     @property
     def position(self) -> str:
@@ -78,9 +80,16 @@ class FeedItem:
         return str(self.offset)
 
 
+def frame(position: str, type_: str, data: str) -> bytes:
+    """An SSE message: ``id`` the position, ``event`` the type, ``data`` the JSON (positions,
+    types and compact JSON hold no line breaks, so each is one line)."""
+    return f"id: {position}\nevent: {type_}\ndata: {data}\n\n".encode()
+
+
 def render(rec: LogRecord, show: Callable[[LogRecord], dict[str, Any]] = history_entry) -> FeedItem:
     entry = show(rec)
-    return FeedItem(rec.offset, rec.agent_id, rec.type, entry, orjson.dumps(entry).decode())
+    data = orjson.dumps(entry).decode()
+    return FeedItem(rec.offset, rec.agent_id, rec.type, entry, data, frame(str(rec.offset), rec.type, data))
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,6 +100,7 @@ def test_render_is_the_history_entry_and_its_json() -> None:
     assert item.entry["offset"] == 0 and item.entry["type"] == "memory.stored"
     assert item.entry["change"]["embedding"] == {"model": "m", "dim": 2}  # summarised, never dumped
     assert orjson.loads(item.data) == item.entry
+    assert item.sse == f"id: 0\nevent: memory.stored\ndata: {item.data}\n\n".encode()
 
 
 async def test_past_then_live_in_order_without_gap_or_repeat() -> None:
