@@ -7,7 +7,7 @@ store, and hostile memory content shown as text and never run.
 
 Browser tests need Debian's Chromium at /usr/bin/chromium and playwright, and skip without
 them unless MEMSTREAM_REQUIRE_BROWSER is set (as tests/system/test_audit_page.py).
-MEMSTREAM_UPDATE_SCREENSHOTS=1 copies the screenshots to docs/img/console-*.png.
+MEMSTREAM_UPDATE_SCREENSHOTS=1 copies the screenshots into docs/img/ (the console-*.png files).
 """
 
 from __future__ import annotations
