@@ -220,6 +220,16 @@ def test_console_in_headless_chromium(populated: tuple[ServerThread, dict[str, A
             assert "as of" in page.locator("h1").inner_text()
             page.click("#asof-now")
             expect(page.locator("#agents tr[data-agent='bob']")).to_be_visible()
+            # An instant works as an offset does: the moment of the first version.
+            stored_at = httpx.post(f"{srv.url}/v1/tools/history", json={"ref": meeting}).json()["events"][0]["at"]
+            page.goto(f"{srv.url}/#/memory/{meeting}")
+            expect(page.locator("#versions .version")).to_have_count(2)
+            page.fill("#asof-input", stored_at)
+            page.click("#asof button[type=submit]")
+            expect(page.locator("#versions .version")).to_have_count(1)
+            expect(page.locator("#current")).to_contain_text("Friday afternoon")
+            page.click("#asof-now")
+            expect(page.locator("#current")).to_contain_text("Monday morning")
 
             # The graph, drawn, and a click through to a memory.
             page.goto(f"{srv.url}/#/graph/alice")
