@@ -103,10 +103,14 @@ class AsyncClient(AsyncTools):
         resumed where the stream stood (``reconnect=False``: the iteration ends instead)."""
         if self._closed:
             raise RuntimeError("this client is closed")
-        if not isinstance(self._transport, AsyncHttpTransport):
-            raise NotImplementedError("the change feed is served over HTTP (memstream serve); a local client has none")
         cursor = FeedCursor(agent_id, types, start, after)
-        return AsyncEventStream(self._transport.http, self.retry_policy, cursor, reconnect)
+        if isinstance(self._transport, AsyncHttpTransport):
+            return AsyncEventStream.over_http(self._transport.http, self.retry_policy, cursor, reconnect)
+        from .local import AsyncLocal
+
+        if not isinstance(self._transport, AsyncLocal):
+            raise NotImplementedError(f"no change feed over {type(self._transport).__name__}")
+        return AsyncEventStream(self._transport.events(cursor, reconnect), cursor)
 
     async def close(self) -> None:
         """Release the connection pool (or checkpoint and close the local engine). Idempotent."""

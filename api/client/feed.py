@@ -92,14 +92,21 @@ class EventStream:
     """The feed as a blocking iterator: ``for event in client.events(...)``; ``close()`` (or
     leaving ``with``) ends the subscription."""
 
-    def __init__(self, http: httpx.Client, policy: RetryPolicy, cursor: FeedCursor, reconnect: bool) -> None:
+    def __init__(self, events: Generator[FeedEvent, None, None], cursor: FeedCursor) -> None:
         self.cursor = cursor
-        self._events = self._run(http, policy, reconnect)
+        self._events = events
 
-    def _run(self, http: httpx.Client, policy: RetryPolicy, reconnect: bool) -> Generator[FeedEvent, None, None]:
+    @classmethod
+    def over_http(cls, http: httpx.Client, policy: RetryPolicy, cursor: FeedCursor, reconnect: bool) -> EventStream:
+        return cls(cls._run(http, policy, cursor, reconnect), cursor)
+
+    @staticmethod
+    def _run(
+        http: httpx.Client, policy: RetryPolicy, cursor: FeedCursor, reconnect: bool
+    ) -> Generator[FeedEvent, None, None]:
         failures = 0  # connections in a row that failed or delivered nothing
         while True:
-            params, headers = self.cursor.request()
+            params, headers = cursor.request()
             opened = time.monotonic()
             delivered = False
             retry_after: str | None = None
@@ -113,7 +120,7 @@ class EventStream:
                         retry_after = response.headers.get("retry-after")
                     else:
                         for sse in source.iter_sse():
-                            event = self.cursor.take(sse)
+                            event = cursor.take(sse)
                             if event is not None:
                                 delivered = True
                                 yield event
@@ -151,16 +158,23 @@ class AsyncEventStream:
     """The feed as an async iterator: ``async for event in client.events(...)``; ``aclose()``
     (or leaving ``async with``) ends the subscription."""
 
-    def __init__(self, http: httpx.AsyncClient, policy: RetryPolicy, cursor: FeedCursor, reconnect: bool) -> None:
+    def __init__(self, events: AsyncGenerator[FeedEvent, None], cursor: FeedCursor) -> None:
         self.cursor = cursor
-        self._events = self._run(http, policy, reconnect)
+        self._events = events
 
+    @classmethod
+    def over_http(
+        cls, http: httpx.AsyncClient, policy: RetryPolicy, cursor: FeedCursor, reconnect: bool
+    ) -> AsyncEventStream:
+        return cls(cls._run(http, policy, cursor, reconnect), cursor)
+
+    @staticmethod
     async def _run(
-        self, http: httpx.AsyncClient, policy: RetryPolicy, reconnect: bool
+        http: httpx.AsyncClient, policy: RetryPolicy, cursor: FeedCursor, reconnect: bool
     ) -> AsyncGenerator[FeedEvent, None]:
         failures = 0
         while True:
-            params, headers = self.cursor.request()
+            params, headers = cursor.request()
             opened = time.monotonic()
             delivered = False
             retry_after: str | None = None
@@ -174,7 +188,7 @@ class AsyncEventStream:
                         retry_after = response.headers.get("retry-after")
                     else:
                         async for sse in source.aiter_sse():
-                            event = self.cursor.take(sse)
+                            event = cursor.take(sse)
                             if event is not None:
                                 delivered = True
                                 yield event

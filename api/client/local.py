@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import AsyncGenerator, Coroutine, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.services.engine import EmbeddedEngine
+from memstream.api.services.feed import FeedCutOff
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import run_tool
 from memstream.api.tools.registry import Caller
 
-from .errors import error_for
+from .errors import Invalid, error_for
+from .feed import FeedCursor, FeedEvent
 
 if TYPE_CHECKING:
     from memstream.api.services.embedding import Embedder
@@ -67,11 +69,47 @@ class AsyncLocal:
             return body
         raise error_for(code, body)
 
+    async def events(self, cursor: FeedCursor, reconnect: bool = True) -> AsyncGenerator[FeedEvent, None]:
+        """The engine's change feed (api/services/feed.py) from where ``cursor`` stands; a
+        cut-off (this subscriber fell ``feed_buffer`` events behind) subscribes again from the
+        event it was not given, as the HTTP client resumes. Ends when the engine closes."""
+        await self.start()
+        types = [t for t in (cursor.types or "").split(",") if t.strip()] or None
+        while True:
+            cursor.connections += 1
+            subscription = self.engine.feed.subscribe(
+                agents=cursor.agents or None,
+                types=[t.strip() for t in types] if types else None,
+                start=_offset(cursor.after, "after", 1) if cursor.after is not None else _offset(cursor.at, "start"),
+                buffer=self.engine.settings.feed_buffer,
+            )
+            try:
+                async with subscription:
+                    async for item in subscription:
+                        cursor.after = item.position
+                        yield FeedEvent.model_validate({**item.entry, "position": item.position})
+                return
+            except FeedCutOff as cut:
+                cursor.at, cursor.after = cut.position, None
+                cursor.cutoffs += 1
+                if not reconnect:
+                    return
+
     async def close(self) -> None:
         self._closed = True
         if self._started:
             self._started = False
             await self.engine.close()
+
+
+def _offset(position: str | None, what: str, past: int = 0) -> int | None:
+    """A position of the embedded feed (a log offset in decimal) as the offset to start at."""
+    if position is None:
+        return None
+    text = position.strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        raise Invalid(f"{what} must be a log offset (a decimal integer, 0 or more); got {position[:40]!r}")
+    return int(text) + past
 
 
 class ThreadedLocal:
@@ -96,6 +134,19 @@ class ThreadedLocal:
         if self._closed:
             raise RuntimeError("this local client is closed")
         return self._run(self.inner.call(tool, args, idempotent))
+
+    def events(self, cursor: FeedCursor, reconnect: bool = True) -> Generator[FeedEvent, None, None]:
+        """``AsyncLocal.events`` pulled one event at a time across to the engine's thread."""
+        events = self.inner.events(cursor, reconnect)
+        try:
+            while True:
+                try:
+                    yield self._run(events.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._closed:
+                self._run(events.aclose())
 
     def close(self) -> None:
         if self._closed:

@@ -110,10 +110,14 @@ class Client(SyncTools):
         resumed where the stream stood (``reconnect=False``: the iteration ends instead)."""
         if self._closed:
             raise RuntimeError("this client is closed")
-        if not isinstance(self._transport, HttpTransport):
-            raise NotImplementedError("the change feed is served over HTTP (memstream serve); a local client has none")
         cursor = FeedCursor(agent_id, types, start, after)
-        return EventStream(self._transport.http, self.retry_policy, cursor, reconnect)
+        if isinstance(self._transport, HttpTransport):
+            return EventStream.over_http(self._transport.http, self.retry_policy, cursor, reconnect)
+        from .local import ThreadedLocal
+
+        if not isinstance(self._transport, ThreadedLocal):
+            raise NotImplementedError(f"no change feed over {type(self._transport).__name__}")
+        return EventStream(self._transport.events(cursor, reconnect), cursor)
 
     def close(self) -> None:
         """Release the connection pool (or stop the local engine, checkpointing it). Idempotent."""
