@@ -10,7 +10,7 @@
     "memory.stored", "memory.updated", "memory.deleted", "memory.locked", "memory.unlocked",
     "memory.reembedded", "embedding.switched", "memory.verified", "episode.archived", "episode.deleted",
     "profile.updated", "associations.declared", "associations.retracted", "standing.declared",
-    "recall_precision.set", "agent_data.deleted",
+    "recall_precision.set", "agent_data.deleted", "record.erased", "agent.erased",
   ];
   const view = document.getElementById("view");
   let asOf = null; // null: now; a number: a log offset; a string: an ISO-8601 instant
