@@ -164,6 +164,10 @@ def test_console_in_headless_chromium(populated: tuple[ServerThread, dict[str, A
             assert cells[6] == "memory.locked", cells
             bob = page.locator("#agents tr[data-agent='bob']").locator("td").all_inner_texts()
             assert bob[1:3] == ["1", "1"], bob
+            page.goto(f"{srv.url}/#/agent/bob")
+            expect(page.locator("#episodes .episode")).to_have_count(1)
+            expect(page.locator("#episodes")).to_contain_text("a talk about lunch")
+            page.goto(f"{srv.url}/#/")
             _shot(page, tmp_path, "agents", shots)
             evil = page.locator("#agents tbody tr").nth(0)  # '<' sorts first
             assert (

@@ -210,9 +210,10 @@
       h("div", { class: "tabs" }, link("Association graph", "graph", agent), h("a", { href: `#/audit?agent=${encodeURIComponent(agent)}` }, "Audit trail"), link("All agents", "")),
       form,
     ];
-    const [recalled, recent] = await Promise.all([
+    const [recalled, recent, episodes] = await Promise.all([
       query ? tool("recall", withAsOf({ agent_id: agent, query, limit: 20 })) : Promise.resolve(null),
       tool("list_memories", withAsOf({ agent_id: agent, limit: 100 })),
+      tool("list_episodes", withAsOf({ agent_id: agent, limit: 50 })),
     ]);
     if (stale()) return;
     const sections = [];
@@ -234,6 +235,14 @@
             m.locked ? h("span", { class: "chip locked" }, "locked") : null,
             m.project_id ? h("span", {}, `project ${m.project_id}`) : null, m.channel ? h("span", {}, `channel ${m.channel}`) : null),
           h("div", { class: "content" }, m.content)))));
+    if (episodes.episodes.length) {
+      sections.push(h("h2", {}, `Episodes (${episodes.count}, newest first)`));
+      sections.push(h("div", { id: "episodes" }, episodes.episodes.map((e) =>
+        h("div", { class: "card episode" },
+          h("div", { class: "head" }, link(`ep:${e.id}`, "memory", `ep:${e.id}`), h("span", {}, e.start_time || e.created_at || ""),
+            e.keywords ? h("span", {}, `keywords ${e.keywords}`) : null),
+          h("div", { class: "content" }, e.summary)))));
+    }
     show(head, sections);
   }
 
