@@ -15,10 +15,12 @@ def _is_default(value: Any, default: Any) -> bool:
 
 def prepare(tool: str, args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """The arguments to send, and whether sending them twice is harmless (a read, or a write
-    under a command id the server remembers: W9)."""
+    under a command id the server remembers: W9). A tool this client does not know (one newer
+    than it, through ``call``) counts as a write: retried only under a command id of the caller's."""
     defaults = DEFAULTS.get(tool, {})
     missing = object()
     out = {k: v for k, v in args.items() if not _is_default(v, defaults.get(k, missing))}
     if tool in COMMAND_ID and out.get("command_id") is None:
         out["command_id"] = uuid.uuid4().hex
-    return out, tool not in WRITES or "command_id" in out
+    known_read = tool in DEFAULTS and tool not in WRITES
+    return out, known_read or "command_id" in out

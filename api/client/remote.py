@@ -16,6 +16,14 @@ from .retry import RETRY_STATUSES, RetryPolicy
 VERSION = "0.1.0"
 
 
+def checked_url(base_url: str) -> str:
+    """The server's base URL without a trailing slash; anything but http(s) is refused at once."""
+    url = httpx.URL(base_url)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"base_url must be an http:// or https:// URL with a host; got {base_url!r}")
+    return base_url.rstrip("/")
+
+
 def headers_for(token: str | None, client_id: str | None, session_id: str | None) -> dict[str, str]:
     """A bearer token names the caller (ACL mode); without one, ``X-Client-Id`` does."""
     out = {"user-agent": f"memstream-client/{VERSION}", "accept": "application/json"}
@@ -72,7 +80,7 @@ class HttpTransport:
         policy: RetryPolicy,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = checked_url(base_url)
         self.policy = policy
         self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
 
@@ -111,7 +119,7 @@ class AsyncHttpTransport:
         policy: RetryPolicy,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = checked_url(base_url)
         self.policy = policy
         self.http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
 

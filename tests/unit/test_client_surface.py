@@ -101,6 +101,21 @@ def test_defaults_are_not_sent_and_writes_get_a_command_id() -> None:
     assert not idempotent
 
 
+def test_a_tool_the_client_does_not_know_is_retried_only_under_a_command_id() -> None:
+    sent, idempotent = prepare("brand_new_tool", {"agent_id": "a"})
+    assert sent == {"agent_id": "a"} and not idempotent
+    sent, idempotent = prepare("brand_new_tool", {"agent_id": "a", "command_id": "c1"})
+    assert idempotent
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8765", "ftp://host/", "http://", "memstream"])
+def test_a_base_url_that_is_not_http_is_refused_at_once(url: str) -> None:
+    with pytest.raises(ValueError, match="base_url"):
+        Client(url)
+    with pytest.raises(ValueError, match="base_url"):
+        AsyncClient(url)
+
+
 def test_a_default_of_another_type_is_sent() -> None:
     sent, _ = prepare("recall", {"agent_id": "a", "query": "q", "limit": 10.0, "deep": 0})
     assert sent == {"agent_id": "a", "query": "q", "limit": 10.0, "deep": 0}
