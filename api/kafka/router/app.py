@@ -21,10 +21,12 @@ from starlette.routing import Route
 
 from memstream.api.faces.auth import BearerAuth
 from memstream.api.faces.console.routes import add_console_routes
+from memstream.api.faces.feed import add_feed_route
 from memstream.api.faces.http import TOOL_ROUTES, caller_of, json_response
 from memstream.api.faces.mcp import McpHttpApp
 from memstream.api.faces.origin import OriginGuard, origin_policy
 from memstream.api.faces.sessions import AuditSessions
+from memstream.api.kafka.router.feed import KafkaFeed
 from memstream.api.kafka.router.gate import RouterGate
 from memstream.api.kafka.router.transfers import KafkaTransfers
 from memstream.api.kafka.wire import OWNER_PATH, PARTITION_HEADER, TRANSFER_TOOLS, route_partition, worker_headers
@@ -431,6 +433,8 @@ def router_app(
     app = Starlette(routes=routes, lifespan=lifespan)
     sessions = AuditSessions(conf.audit_session_s) if acl is not None else None
     add_console_routes(app, acl, sessions)  # GET /: the console (and its login in ACL mode)
+    feed = KafkaFeed(cfg)  # GET /v1/events: the change feed, read from the events topic
+    add_feed_route(app, lambda request: feed, conf, acl)
     if acl is not None:  # nothing is served before the token (or a console session) is checked
         app.add_middleware(BearerAuth, acl=acl, sessions=sessions)
     app.add_middleware(OriginGuard, policy=policy)  # outermost: a web page's request is refused first
