@@ -1,7 +1,8 @@
 """The console on a Kafka deployment's router (`memstream serve --kafka`): the page and its
 assets are served, and in headless Chromium the agents list (joined across partitions by
 ``list_agents``), a memory's diff, the graph and an agent's audit trail come through the router
-from the workers. Needs the broker, and Chromium (tests/support/browser.py)."""
+from the workers, and a store made while the page is open arrives through the router's change
+feed. Needs the broker, and Chromium (tests/support/browser.py)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,16 @@ def test_console_through_the_router_in_headless_chromium(router: tuple[str, dict
             page.goto(f"{url}/#/audit?kind=refused&agent=kc-alice")
             expect(page.locator("#audit-count")).to_have_text("1 record(s)")
             assert "delete_memory" in page.locator("#audit tbody tr").first.inner_text()
+            # Live: the router's feed, read from the events topic.
+            page.goto(f"{url}/")
+            expect(page.locator("#live")).to_have_text("live", timeout=30_000)
+            with httpx.Client(base_url=url, timeout=60, headers={"x-client-id": "kc-late"}) as http:
+                late = http.post("/v1/tools/store", json={"agent_id": "kc-late", "content": "written while watched"})
+                assert late.json()["result"] == "stored", late.text
+            item = page.locator("#feed-list li.feed-item").first
+            expect(item).to_contain_text("written while watched", timeout=30_000)
+            expect(item).to_contain_text("client kc-late")
+            expect(page.locator("#agents tr[data-agent='kc-late']")).to_be_visible(timeout=30_000)
         finally:
             browser.close()
     assert not errors, errors

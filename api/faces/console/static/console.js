@@ -554,7 +554,7 @@
     const preview = ev.change && typeof ev.change.content === "string" ? short(ev.change.content, 80) : "";
     feedList.prepend(h("li", { class: "feed-item", "data-offset": ev.offset },
       h("div", {}, h("span", { class: "what" }, ev.type), " ", agent ? link(agent, "agent", agent) : null),
-      h("div", { class: "muted" }, `${ev.at} · ${who(ev.actor || {})} · offset ${msg.lastEventId || ev.offset}`),
+      h("div", { class: "muted" }, `${ev.at} · ${who(ev.actor || {})} · offset ${ev.offset}`),
       ref ? h("div", {}, link(ref, "memory", ref), " ", preview) : preview ? h("div", {}, preview) : null));
     while (feedList.children.length > 200) feedList.lastChild.remove();
     if (asOf === null) { // a view of "now" follows the feed; a view of the past stays put
