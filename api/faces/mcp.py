@@ -32,7 +32,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 import memstream.api.tools  # noqa: F401  (the package imports, and so registers, every tool)
 from memstream.api.faces.auth import scope_caller
-from memstream.api.faces.mcp_resources import AgentChanges, feed_changes, resource_handlers
+from memstream.api.faces.feed import EngineFeed
+from memstream.api.faces.mcp_resources import AgentChanges, resource_handlers, source_changes
+from memstream.api.services.feed import Feed
 from memstream.api.services.metrics import FACE
 from memstream.api.services.ports import Engine
 from memstream.api.tools.dispatch import dispatch, failure, list_tools
@@ -259,7 +261,7 @@ class ToolService(Protocol):
 def engine_changes(engine: Engine | None) -> AgentChanges | None:
     """The live changes of an engine that has a change feed (the embedded engine), else None."""
     feed = getattr(engine, "feed", None)
-    return feed_changes(feed) if feed is not None else None
+    return source_changes(EngineFeed(feed)) if isinstance(feed, Feed) else None
 
 
 def build_server(

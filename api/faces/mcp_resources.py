@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 from urllib.parse import quote, unquote
 
 import mcp_types as types
@@ -19,7 +19,8 @@ from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
-from memstream.api.services.feed import FeedCutOff
+from memstream.api.faces.feed import FeedRequest, FeedSource, FeedUnavailable, PositionError
+from memstream.api.services.feed import DEFAULT_BUFFER, FeedCutOff
 from memstream.api.tools.registry import Caller
 
 log = logging.getLogger(__name__)
@@ -37,10 +38,14 @@ ToolCall = Callable[[Caller, str, Any], Awaitable[dict[str, Any]]]
 
 AgentChanges = Callable[[Caller, str], AsyncIterator[Mapping[str, Any]]]
 """The live events of one agent, as history entries (api/services/entries.py), from now on, for as
-long as they are iterated. Closing the iterator releases whatever feeds it. An entry of type
-:data:`RESYNC` says events may have been missed: every watched resource of the agent may have changed."""
+long as they are iterated. Closing the iterator releases whatever feeds it. Two entry types are
+signals, not events: :data:`READY` (the feed subscription is in place: every later event will
+come), and :data:`RESYNC` (events may have been missed: every watched resource of the agent may
+have changed)."""
 
+READY = "memstream.ready"
 RESYNC = "memstream.resync"
+OPEN_SECONDS = 30.0  # longest a subscribe waits for its feed subscription to be in place
 
 Kind = Literal["memories", "memory", "episodes", "profile"]
 
@@ -299,6 +304,7 @@ class ResourceWatch:
         self._limit = limit
         self._uris: dict[str, set[str]] = {}  # agent -> watched URIs
         self._readers: dict[str, asyncio.Task[None]] = {}
+        self._ready: dict[str, asyncio.Event] = {}
         self._pending: dict[str, None] = {}  # an ordered set
         self._wake = asyncio.Event()
         self._closed = False
@@ -312,8 +318,10 @@ class ResourceWatch:
         """Feed subscriptions held now (one per agent watched)."""
         return sum(not t.done() for t in self._readers.values())
 
-    def add(self, caller: Caller, ref: ResourceRef) -> None:
-        """Watch ``ref`` (the caller's right to read it was checked by the caller of this)."""
+    async def add(self, caller: Caller, ref: ResourceRef) -> None:
+        """Watch ``ref`` (the caller's right to read it was checked by the caller of this). On
+        return the agent's feed subscription is in place, so any change committed after the
+        subscribe is answered is announced."""
         if self._closed:
             raise MCPError(types.INVALID_REQUEST, "this subscription has ended")
         uris = self._uris.setdefault(ref.agent_id, set())
@@ -321,7 +329,14 @@ class ResourceWatch:
             raise _invalid(f"too many subscriptions: at most {self._limit} resources at once; unsubscribe some first")
         uris.add(ref.uri)
         if ref.agent_id not in self._readers:
+            self._ready[ref.agent_id] = asyncio.Event()
             self._readers[ref.agent_id] = asyncio.create_task(self._read(caller, ref.agent_id))
+        ready = self._ready.get(ref.agent_id)
+        if ready is not None:
+            try:
+                await asyncio.wait_for(ready.wait(), OPEN_SECONDS)
+            except TimeoutError:
+                log.warning("the change feed of agent %r is not in place yet; watching it anyway", ref.agent_id)
 
     def remove(self, uri: str) -> bool:
         """Stop watching ``uri``; its agent's feed subscription ends with the last of its URIs."""
@@ -334,6 +349,9 @@ class ResourceWatch:
                     task = self._readers.pop(agent, None)
                     if task is not None:
                         task.cancel()
+                    ready = self._ready.pop(agent, None)
+                    if ready is not None:
+                        ready.set()
                 return True
         return False
 
@@ -341,6 +359,11 @@ class ResourceWatch:
         changes = self._changes(caller, agent)
         try:
             async for entry in changes:
+                if entry.get("type") == READY:
+                    ready = self._ready.get(agent)
+                    if ready is not None:
+                        ready.set()
+                    continue
                 watched = self._uris.get(agent, set())
                 hits = set(watched) if entry.get("type") == RESYNC else touched(entry) & watched
                 for uri in hits:
@@ -352,6 +375,9 @@ class ResourceWatch:
         except Exception:
             log.exception("the change feed of agent %r failed; its subscriptions get no more updates", agent)
         finally:
+            ready = self._ready.get(agent)
+            if ready is not None:
+                ready.set()  # nobody waits for a reader that has ended
             aclose = getattr(changes, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(Exception):
@@ -373,6 +399,9 @@ class ResourceWatch:
         self._wake.set()
         tasks = list(self._readers.values())
         self._readers.clear()
+        for ready in self._ready.values():
+            ready.set()
+        self._ready.clear()
         self._uris.clear()
         self._pending.clear()
         for task in tasks:
@@ -382,39 +411,36 @@ class ResourceWatch:
                 await task
 
 
-class FeedSubscription(Protocol):
-    """One subscription to a change feed (api/services/feed.py ``Subscription``)."""
-
-    def __aiter__(self) -> AsyncIterator[Any]: ...
-
-    def close(self) -> None: ...
-
-
-class ChangeFeed(Protocol):
-    """What :func:`feed_changes` needs of a feed (api/services/feed.py ``Feed``)."""
-
-    def subscribe(self, *, agents: Collection[str] | None = ..., start: int | None = ...) -> FeedSubscription: ...
-
-
-def feed_changes(feed: ChangeFeed) -> AgentChanges:
-    """An agent's live events from a change feed. A subscription the feed cuts off (it fell
-    behind) resubscribes where it was cut, so no change goes unannounced; where the feed cannot
-    resume at an offset, it resubscribes live and says :data:`RESYNC`."""
+def source_changes(source: FeedSource, buffer: int = DEFAULT_BUFFER) -> AgentChanges:
+    """An agent's live events from a change feed (``GET /v1/events``'s source: the embedded
+    engine's fan-out, or the Kafka router's topic reader). A subscription the feed cuts off (it
+    fell behind) resubscribes at the position it was cut, so no change goes unannounced; if that
+    position cannot be read any more, or the feed is briefly unavailable, it resubscribes live
+    and says :data:`RESYNC`."""
 
     async def changes(caller: Caller, agent: str) -> AsyncIterator[Mapping[str, Any]]:
-        start: int | None = None
+        at: str | None = None
+        agents = frozenset({agent})
         while True:
-            sub = feed.subscribe(agents={agent}, start=start)
             try:
-                async for item in sub:
-                    yield item.entry
-                return  # the feed closed (the engine is closing)
-            except FeedCutOff as cut:
-                start = cut.resume_from
-            finally:
-                sub.close()
-            if start is None:
+                stream = await source.open(FeedRequest(agents, None, at, None, None, buffer))
+            except (PositionError, FeedUnavailable) as exc:
+                if at is None:
+                    raise
+                log.warning("resubscribing agent %r's changes live: %s", agent, exc)
+                at = None
                 yield {"type": RESYNC, "scope": {"agent_id": agent}}
+                continue
+            try:
+                yield {"type": READY, "scope": {"agent_id": agent}}
+                while batch := await stream.next_batch():
+                    for item in batch:
+                        yield orjson.loads(item.data)
+                return  # the feed ended (the engine is closing)
+            except FeedCutOff as cut:
+                at = cut.position
+            finally:
+                stream.close()
 
     return changes
 
@@ -496,7 +522,7 @@ def resource_handlers(call: ToolCall, caller_of: CallerOf, changes: AgentChanges
         ref = parse_uri(params.uri)
         watch = connection_watch(ctx, feed)
         await read_json(call, caller, ref)  # the caller may read it, and it exists
-        watch.add(caller, ref)
+        await watch.add(caller, ref)
         return types.EmptyResult()
 
     async def on_unsubscribe(ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
@@ -526,7 +552,7 @@ def resource_handlers(call: ToolCall, caller_of: CallerOf, changes: AgentChanges
         watch = ResourceWatch(feed)
         try:
             for ref in refs:
-                watch.add(caller, ref)
+                await watch.add(caller, ref)
             ack = types.SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
             await ctx.session.send_notification(
                 types.SubscriptionsAcknowledgedNotification(params=ack), related_request_id=rid

@@ -5,34 +5,28 @@ agent's last URI or the watch; updates coalesced per URI; a feed cut-off resumed
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection, Mapping
+import json
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from memstream.api.faces.feed import FeedRequest, PositionError
 from memstream.api.faces.mcp_resources import (
+    READY,
     ResourceWatch,
-    feed_changes,
     memories_uri,
     memory_uri,
     parse_uri,
+    source_changes,
     touched,
 )
 from memstream.api.services.feed import FeedCutOff
 from memstream.api.tools.registry import Caller
 
 CALLER = Caller("unit")
-
-
-class Cut(FeedCutOff):
-    """A feed's cut-off, at an offset to resume from (None: the feed's positions are not offsets)."""
-
-    def __init__(self, resume_from: int | None) -> None:
-        Exception.__init__(self, f"cut off at {resume_from}")
-        self.resume_from = resume_from
-        self.reason = "fell behind"
 
 
 def _stored(agent: str, ident: int, kind: str = "memory.stored") -> dict[str, Any]:
@@ -52,6 +46,7 @@ class StandInFeed:
         self.open[agent] = self.open.get(agent, 0) + 1
         self.opened += 1
         try:
+            yield {"type": READY}
             while True:
                 yield await queue.get()
         finally:
@@ -107,9 +102,9 @@ def test_touched_names_the_resources_an_event_changes() -> None:
 async def test_one_feed_subscription_per_agent_released_with_its_last_uri() -> None:
     feed = StandInFeed()
     watch = ResourceWatch(feed.changes)
-    watch.add(CALLER, parse_uri(memories_uri("a1")))
-    watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
-    watch.add(CALLER, parse_uri(memories_uri("a2")))
+    await watch.add(CALLER, parse_uri(memories_uri("a1")))
+    await watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
+    await watch.add(CALLER, parse_uri(memories_uri("a2")))
     await _settle()
     assert feed.open == {"a1": 1, "a2": 1} and watch.feeds == 2
     assert watch.remove(memories_uri("a1"))
@@ -122,13 +117,13 @@ async def test_one_feed_subscription_per_agent_released_with_its_last_uri() -> N
     await watch.close()
     assert feed.total() == 0 and watch.feeds == 0
     with pytest.raises(MCPError):
-        watch.add(CALLER, parse_uri(memories_uri("a1")))
+        await watch.add(CALLER, parse_uri(memories_uri("a1")))
 
 
 async def test_updates_are_coalesced_per_uri_and_only_for_watched_uris() -> None:
     feed = StandInFeed()
     watch = ResourceWatch(feed.changes)
-    watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
+    await watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
     await _settle()
     queue = feed.queues["a1"]
     for ident in (2, 1, 3, 1, 1):
@@ -147,90 +142,101 @@ async def test_updates_are_coalesced_per_uri_and_only_for_watched_uris() -> None
 async def test_a_watch_holds_a_bounded_number_of_uris() -> None:
     feed = StandInFeed()
     watch = ResourceWatch(feed.changes, limit=2)
-    watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
-    watch.add(CALLER, parse_uri(memory_uri("a1", 2)))
-    watch.add(CALLER, parse_uri(memory_uri("a1", 2)))  # again: no new URI
+    await watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
+    await watch.add(CALLER, parse_uri(memory_uri("a1", 2)))
+    await watch.add(CALLER, parse_uri(memory_uri("a1", 2)))  # again: no new URI
     with pytest.raises(MCPError, match="too many subscriptions"):
-        watch.add(CALLER, parse_uri(memory_uri("a1", 3)))
+        await watch.add(CALLER, parse_uri(memory_uri("a1", 3)))
     await watch.close()
 
 
-class CuttingFeed:
-    """A feed whose first subscription is cut off at offset 5 after one item."""
-
-    class Item:
-        def __init__(self, offset: int) -> None:
-            self.entry = _stored("a1", offset)
-
-    def __init__(self) -> None:
-        self.starts: list[int | None] = []
-        self.closed = 0
-
-    def subscribe(self, *, agents: Collection[str] | None = None, start: int | None = None) -> Any:
-        self.starts.append(start)
-        feed = self
-
-        class Sub:
-            def __init__(self) -> None:
-                self.items = [CuttingFeed.Item(4)] if start is None else [CuttingFeed.Item(5), CuttingFeed.Item(6)]
-
-            def __aiter__(self) -> Sub:
-                return self
-
-            async def __anext__(self) -> CuttingFeed.Item:
-                if self.items:
-                    return self.items.pop(0)
-                if start is None:
-                    raise Cut(5)
-                raise StopAsyncIteration
-
-            def close(self) -> None:
-                feed.closed += 1
-
-        return Sub()
+class Item:
+    def __init__(self, ident: int) -> None:
+        self.data = json.dumps(_stored("a1", ident))
 
 
-async def test_feed_changes_resume_where_the_feed_cut_them_off() -> None:
-    feed = CuttingFeed()
-    seen = [e["change"]["id"] async for e in feed_changes(feed)(CALLER, "a1")]
-    assert seen == [4, 5, 6]
-    assert feed.starts == [None, 5]
-    assert feed.closed == 2
+DONE = StopAsyncIteration()  # a stream that ends (the feed closed)
+
+
+class Stream:
+    def __init__(self, batches: list[list[Item]], end: BaseException | None) -> None:
+        self.batches = batches
+        self.end = end
+        self.closed = False
+
+    gate: asyncio.Event | None = None  # when set: the stream waits for it before anything
+
+    async def next_batch(self) -> list[Item]:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.batches:
+            return self.batches.pop(0)
+        if self.end is DONE:
+            return []
+        if self.end is not None:
+            raise self.end
+        await asyncio.Event().wait()  # live and quiet
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ScriptedSource:
+    """A FeedSource whose streams play a script: (batches, how the stream ends) per open."""
+
+    def __init__(self, *script: tuple[list[list[Item]], BaseException | None]) -> None:
+        self.script = list(script)
+        self.requests: list[FeedRequest] = []
+        self.streams: list[Stream] = []
+        self.gate: asyncio.Event | None = None  # for the next stream opened
+
+    async def open(self, request: FeedRequest) -> Stream:
+        self.requests.append(request)
+        batches, end = self.script.pop(0)
+        stream = Stream(batches, end)
+        stream.gate, self.gate = self.gate, None
+        self.streams.append(stream)
+        return stream
+
+
+async def test_source_changes_resume_at_the_position_the_feed_cut_them_off() -> None:
+    source = ScriptedSource(
+        ([[Item(4)]], FeedCutOff("5", "fell behind", resume_from=5)),
+        ([[Item(5), Item(6)]], DONE),
+    )
+    async with asyncio.timeout(5):
+        seen = [e async for e in source_changes(source)(CALLER, "a1")]
+    assert [e["type"] for e in seen] == [READY, "memory.stored", READY, "memory.stored", "memory.stored"]
+    assert [e["change"]["id"] for e in seen if e["type"] != READY] == [4, 5, 6]
+    assert [(r.agents, r.at, r.after) for r in source.requests] == [
+        (frozenset({"a1"}), None, None),
+        (frozenset({"a1"}), "5", None),
+    ]
+    assert all(stream.closed for stream in source.streams)
 
 
 async def test_a_cut_off_that_cannot_resume_resyncs_every_watched_uri() -> None:
-    """A feed whose positions are not offsets: the watch resubscribes live and announces every
-    URI it watches of that agent, since any of them may have changed meanwhile."""
+    """The position the feed cut at cannot be read any more: the watch resubscribes live and
+    announces every URI it watches of that agent, since any of them may have changed meanwhile."""
 
-    class LiveOnly:
-        def __init__(self) -> None:
-            self.starts: list[int | None] = []
+    class Expiring(ScriptedSource):
+        async def open(self, request: FeedRequest) -> Stream:
+            if request.at is not None:
+                self.requests.append(request)
+                raise PositionError("gone")
+            return await super().open(request)
 
-        def subscribe(self, *, agents: Collection[str] | None = None, start: int | None = None) -> Any:
-            self.starts.append(start)
-            first = len(self.starts) == 1
-
-            class Sub:
-                def __aiter__(self) -> Sub:
-                    return self
-
-                async def __anext__(self) -> Any:
-                    if first:
-                        raise Cut(None)
-                    await asyncio.Event().wait()  # live, quiet
-
-                def close(self) -> None:
-                    pass
-
-            return Sub()
-
-    feed = LiveOnly()
-    watch = ResourceWatch(feed_changes(feed))
-    watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
-    watch.add(CALLER, parse_uri(memories_uri("a1")))
+    source = Expiring(([], FeedCutOff("p:1", "fell behind")), ([], None))
+    gate = source.gate = asyncio.Event()
+    watch = ResourceWatch(source_changes(source))
+    await watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
+    await watch.add(CALLER, parse_uri(memories_uri("a1")))
+    gate.set()  # both watched: now the feed cuts the subscription off
     updates = watch.updates()
     async with asyncio.timeout(5):
         got = {await anext(updates), await anext(updates)}
     assert got == {memory_uri("a1", 1), memories_uri("a1")}
-    assert feed.starts == [None, None]
+    assert [r.at for r in source.requests] == [None, "p:1", None]
     await watch.close()
+    assert all(stream.closed for stream in source.streams)
