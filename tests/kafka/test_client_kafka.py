@@ -1,6 +1,7 @@
 """memstream.client against a Kafka deployment (a router in front of a worker, real processes):
 the same typed answers, error classes and retries under one command id as against the embedded
-server, with agents on different partitions."""
+server, with agents on different partitions; the change feed through the router, its opaque
+positions resumed after and across a dropped connection."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from memstream.client import AsyncClient, Client, Conflict, Invalid, Locked, NotFound, UnknownTool
 from memstream.client.results import HistoryResult, RecallResult, StoreResult
 from tests.support.deployment import Deployment
-from tests.support.proxies import ScriptedProxy
+from tests.support.proxies import ScriptedProxy, TcpRelay
 
 pytestmark = [pytest.mark.kafka]
 PARTITIONS = 3
@@ -68,3 +69,24 @@ async def test_the_client_through_a_kafka_router(deployment: Deployment) -> None
                 assert [m.content for m in listed.memories] == ["ada repotted the basil"]
                 events = (await memory.history(agent_id="ada")).events
                 assert [e.command_id for e in events if e.type == "memory.stored"].count(sent[0]) == 1
+
+        # The change feed through the router: the history entries, positions opaque and resumable.
+        with Client(deployment.url) as memory:
+            with memory.events("cy", start=0) as stream:
+                got = [next(stream) for _ in range(2)]
+            assert [(e.type, e.agent_id) for e in got] == [("memory.stored", "cy"), ("memory.updated", "cy")]
+            assert [e.event_id for e in got] == [e.event_id for e in memory.history(agent_id="cy").events]
+            with memory.events("cy", after=got[0].position) as stream:
+                assert next(stream).event_id == got[1].event_id
+            # A connection cut mid-stream resumes after the last event delivered: each once, in order.
+            with TcpRelay(deployment.port) as relay, Client(relay.url, backoff=0.05) as via:
+                with via.events("ada", start=0) as stream:
+                    seen = [next(stream)]
+                    relay.cut()
+                    memory.store("ada", "ada sowed the carrots")
+                    while seen[-1].change.get("content") != "ada sowed the carrots":
+                        seen.append(next(stream))
+                assert stream.cursor.connections >= 2
+            history = memory.history(agent_id="ada").events
+            assert [e.event_id for e in seen] == [e.event_id for e in history]
+            assert [e.type for e in seen] == ["memory.stored", "memory.deleted", "memory.stored", "memory.stored"]
