@@ -10,13 +10,15 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 
+from memstream.api.services.settings import Settings
 from memstream.projections.runner import ProjectionRunner
 from memstream.streams.buses.embedded import EmbeddedCommandBus
-from memstream.streams.events import decode
+from memstream.streams.commands import Command, EraseAgentData, EraseMemory
+from memstream.streams.events import Actor, Scope, decode, utcnow
 from memstream.streams.log.sealing import ERASURE_TYPES
 from memstream.streams.log.sqlite import SqliteLog
 
@@ -84,6 +86,60 @@ def read_ledgers(paths: list[Path]) -> list[dict[str, Any]]:
     return sorted(seen.values(), key=lambda e: (e["at"], e["event_id"]))
 
 
+REAPPLY_CLIENT = "memstream-restore"
+
+
+def _commands_of(entry: dict[str, Any]) -> list[Command]:
+    """The commands that erase again, in a restored log, what a ledger entry erased."""
+    agent = entry["agent_id"]
+    reason = f"re-applied at restore from the erasure ledger (event {entry['event_id']})"
+
+    def env(i: int) -> dict[str, Any]:
+        return {
+            "command_id": f"ledger:{entry['event_id']}:{i}",
+            "scope": Scope(agent_id=agent),
+            "actor": Actor(client_id=REAPPLY_CLIENT),
+            "received_at": utcnow(),
+        }
+
+    if entry["kind"] == "agent":
+        return [EraseAgentData(**env(0), reason=reason)]
+    ids: list[tuple[Literal["mem", "ep"], int]] = [("mem", i) for i in entry["memory_ids"]]
+    ids += [("ep", i) for i in entry["episode_ids"]]
+    return [EraseMemory(**env(n), kind=kind, record_id=i, reason=reason) for n, (kind, i) in enumerate(ids)]
+
+
+async def reapply_erasures(settings: Settings, ledger: list[dict[str, Any]]) -> list[str]:
+    """After a restore: every ledger erasure the restored log lacks is appended again (on what
+    it still holds of it: records the backup never had need nothing) and its keys destroyed.
+    Returns the event ids of the erasures re-applied."""
+    if not ledger:
+        return []
+    log_ = SqliteLog(settings.log_path, num_partitions=settings.partitions, synchronous=settings.sync)
+    bus = EmbeddedCommandBus(log_)
+    await bus.start()
+    done: list[str] = []
+    try:
+        types = tuple(sorted(ERASURE_TYPES))
+        present = {decode(r.value)["id"] for r in log_.read(0, types=types, vectors=False, limit=10_000_000)}
+        for entry in ledger:
+            if entry["event_id"] in present or entry.get("reapplies"):
+                continue  # in the restored log already, or an earlier restore's copy of an entry
+            for cmd in _commands_of(entry):
+                committed = await bus.submit(cmd)
+                if committed.offset is None:
+                    continue  # not in the restored log: nothing of it to erase
+                [rec] = log_.read_offsets([committed.offset])
+                ev = decode(rec.value)
+                destroy_keys(log_, committed.offset, ev)
+                append_ledger(settings.data_dir, {**ledger_entry(committed.offset, ev), "reapplies": entry["event_id"]})
+            done.append(entry["event_id"])
+    finally:
+        await bus.close()
+        log_.close()
+    return done
+
+
 def destroy_keys(log_: SqliteLog, offset: int, ev: dict[str, Any]) -> int:
     """Destroy the keys an erasure event names (idempotent: none left, none destroyed)."""
     sealer = log_.sealer
@@ -112,9 +168,7 @@ def unreachable(log_: SqliteLog, refs_offsets: list[int]) -> list[str]:
     if log_.sealed_from < 0:
         return ["this data directory was written with sealing off (MEMSTREAM_SEALING=off): its events are plaintext"]
     if any(o < log_.sealed_from for o in refs_offsets) or not refs_offsets:
-        return [
-            f"log offsets 0..{log_.sealed_from - 1} hold plaintext written before sealing; run memstream seal"
-        ]
+        return [f"log offsets 0..{log_.sealed_from - 1} hold plaintext written before sealing; run memstream seal"]
     return []
 
 
@@ -160,7 +214,8 @@ async def complete_pending(engine: ErasingEngine, data_dir: Path, restored_offse
     for rec in pending:
         ev = decode(rec.value)
         await loop.run_in_executor(None, destroy_keys, engine.log, rec.offset, ev)
-        await loop.run_in_executor(None, append_ledger, data_dir, ledger_entry(rec.offset, ev))
+        if ev["actor"]["client_id"] != REAPPLY_CLIENT:  # a restore recorded those itself
+            await loop.run_in_executor(None, append_ledger, data_dir, ledger_entry(rec.offset, ev))
         done += 1
         last = max(last, rec.offset)
     if done or restored_offset < last:

@@ -1,0 +1,78 @@
+"""The embedded key store (streams/keys/): destroyed keys leave its files, a wrong master key
+is a clear error, the master key's supply, and re-wrapping under a new master key."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from memstream.streams.keys.master import MasterKeyError, parse_master_key, resolve_master_key
+from memstream.streams.keys.sqlite import SqliteKeyStore
+from memstream.streams.log.sealing import Sealer
+from tests.unit.test_sealing import VECTOR, event
+
+MASTER = bytes(range(32))
+
+
+def sealed(sealer: Sealer, ev: dict[str, Any], offset: int = 0) -> tuple[bytes, bytes | None]:
+    out = sealer.seal_event(offset, ev, VECTOR)
+    assert out is not None
+    sealer.keys.flush()
+    return out
+
+
+def test_destroyed_key_bytes_leave_the_key_store_files(tmp_path: Path) -> None:
+    keys = SqliteKeyStore(tmp_path / "keys.db", MASTER)
+    wrapped = []
+    for i in range(50):
+        keys.create("a", f"mem:{i}", i)
+    pending = list(keys._pending)  # the wrapped bytes about to be stored
+    keys.flush()
+    wrapped = [row[4] for row in pending]
+    keys.destroy("a", None, before_offset=100)
+    for name in ("keys.db", "keys.db-wal"):
+        path = tmp_path / name
+        data = path.read_bytes() if path.exists() else b""
+        assert not any(w in data for w in wrapped), name
+    keys.close()
+
+
+def test_the_wrong_master_key_is_a_clear_error(tmp_path: Path) -> None:
+    SqliteKeyStore(tmp_path / "keys.db", MASTER).close()
+    with pytest.raises(MasterKeyError, match="master key"):
+        SqliteKeyStore(tmp_path / "keys.db", bytes(32))
+
+
+def test_master_key_supply(tmp_path: Path) -> None:
+    text = base64.b64encode(MASTER).decode()
+    assert resolve_master_key(tmp_path, {"MEMSTREAM_MASTER_KEY": text}) == (MASTER, "MEMSTREAM_MASTER_KEY")
+    key_file = tmp_path / "outside.key"
+    key_file.write_text(text + "\n")
+    assert resolve_master_key(tmp_path, {"MEMSTREAM_MASTER_KEY_FILE": str(key_file)})[0] == MASTER
+    generated, where = resolve_master_key(tmp_path / "data", {})
+    assert len(generated) == 32 and where.endswith("master.key")
+    assert os.stat(where).st_mode & 0o777 == 0o600
+    assert resolve_master_key(tmp_path / "data", {})[0] == generated  # made once, then read
+    for bad in ("not base64!", base64.b64encode(b"short").decode()):
+        with pytest.raises(MasterKeyError):
+            parse_master_key(bad, "test")
+
+
+def test_rewrap_moves_every_key_to_the_new_master(tmp_path: Path) -> None:
+    keys = SqliteKeyStore(tmp_path / "keys.db", MASTER)
+    sealer = Sealer(keys)
+    value, vector = sealed(sealer, event())
+    new_master = bytes(reversed(range(32)))
+    seen: list[tuple[int, int]] = []
+    assert keys.rewrap(new_master, progress=lambda done, total: seen.append((done, total))) == 1
+    assert seen[-1] == (1, 1)
+    keys.close()
+    with pytest.raises(MasterKeyError):
+        SqliteKeyStore(tmp_path / "keys.db", MASTER)
+    reopened = Sealer(SqliteKeyStore(tmp_path / "keys.db", new_master))
+    assert orjson.loads(reopened.open(value, vector)[0]) == event()
