@@ -10,7 +10,8 @@ prints the replica's figures to compare with ``bench/eval_recall.py`` on the sam
 Development split only (``../shared/eval/locomo-dev``); see docs/eval.md, "LoCoMo".
 
     python bench/locomo_dev.py                     # every variant, recall@10 / NDCG@10 per category
-    python bench/locomo_dev.py --only base,neighbours
+    python bench/locomo_dev.py --only base,product-f20-0.25
+    python bench/locomo_dev.py --oracle            # evidence within the top 10 / 20 / 50 of either list
 """
 
 from __future__ import annotations
@@ -117,6 +118,25 @@ def deep(ag: Agent, lists: Lists) -> list[str]:
     return gated(fuse_default(lists, 3 * K), len(ag.doc_ids))
 
 
+def product_candidates(ag: Agent, lists: Lists, weight: float, fetch: int) -> list[fusion.Candidate]:
+    """What recall does (``neighbours.reorder`` on each list cut at ``fetch``, then back to 10,
+    then evidence-weighted rrf), with adjacency by position in the conversation."""
+    vec_ev = fusion.vector_evidence(lists.vector[:fetch])
+    lex_ev = fusion.lexical_evidence({r: lists.shares.get(r, 0.0) for r, _ in lists.lexical[:fetch]})
+    refs = {*vec_ev, *lex_ev}
+
+    def near(ref: str) -> tuple[str | None, str | None]:
+        p = int(ref.split(":")[1])
+        prev, nxt = f"mem:{p - 1}", f"mem:{p + 1}"
+        return (prev if prev in refs else None, nxt if nxt in refs else None)
+
+    adjacency = {r: near(r) for r in refs}
+    v, v_ev = reorder(lists.vector[:fetch], vec_ev, adjacency, weight)
+    lx, lx_ev = reorder(lists.lexical[:fetch], lex_ev, adjacency, weight)
+    active = {name: r for name, r in (("vector", v[:K]), ("lexical", lx[:K])) if r}
+    return fusion.rrf(active, evidence={"vector": v_ev, "lexical": lx_ev})
+
+
 def neighbours(
     weight: float, fetch: int = 3 * K, closed: bool = False, within: bool = False, product: bool = False
 ) -> Variant:
@@ -146,23 +166,35 @@ def neighbours(
                 sm = {p: v for p, v in sm.items() if p in by_pos}
             return sorted(((f"mem:{p}", s) for p, s in sm.items()), key=lambda x: (-x[1], x[0]))[:K]
 
-        if product:  # the recall pipeline's own reorder (neighbours.reorder), adjacency by position
-            refs = {r for r in (*vec_ev, *lex_ev)}
-            adjacency = {
-                r: tuple(f"mem:{q}" if q is not None and f"mem:{q}" in refs else None for q in adjacent(pos(r)))
-                for r in refs
-            }
-            v, v_ev = reorder(lists.vector[:fetch], vec_ev, adjacency, weight)
-            lx, lx_ev = reorder(lists.lexical[:fetch], lex_ev, adjacency, weight)
-            v, lx = v[:K], lx[:K]
-            active = {name: r for name, r in (("vector", v), ("lexical", lx)) if r}
-            return gated(fusion.rrf(active, evidence={"vector": v_ev, "lexical": lx_ev}), n)
+        if product:
+            return gated(product_candidates(ag, lists, weight, fetch), n)
         v, lx = smooth(vec_ev), smooth(lex_ev)
         active = {name: r for name, r in (("vector", v), ("lexical", lx)) if r}
         cands = fusion.rrf(active, evidence={"vector": dict(v), "lexical": dict(lx)})
         for c in cands:  # the gate keys on the real cosine
             c.cosine = float(lists.cos[pos(c.ref) - 1])
         return gated(cands, n)
+
+    return run
+
+
+def fused_neighbours(weight: float, fused_weight: float, fetch: int = 2 * K) -> Variant:
+    """The kept reorder (``weight``), then the fused value itself smoothed over adjacent
+    candidates (``fused_weight``): a neighbour found by the other retriever counts too."""
+
+    def run(ag: Agent, lists: Lists) -> list[str]:
+        cands = product_candidates(ag, lists, weight, fetch)
+        fused = {c.ref: c.fused for c in cands}
+
+        def adjacent(ref: str) -> tuple[str | None, str | None]:
+            p = int(ref.split(":")[1])
+            prev, nxt = f"mem:{p - 1}", f"mem:{p + 1}"
+            return (prev if prev in fused else None, nxt if nxt in fused else None)
+
+        smoothed = neighbour_scores(fused, adjacent, fused_weight)
+        for c in cands:
+            c.fused = smoothed[c.ref]
+        return gated(fusion.ordered(cands), len(ag.doc_ids))
 
     return run
 
@@ -178,7 +210,29 @@ VARIANTS: dict[str, Variant] = {
     **{f"within-f20-{w}": neighbours(w, fetch=2 * K, within=True) for w in (0.0, 0.1, 0.25, 0.5)},
     # what recall does (neighbours.reorder): the retriever's order stands without neighbour support
     **{f"product-f{f}-{w}": neighbours(w, fetch=f, product=True) for f in (20, 30) for w in (0.0, 0.1, 0.25, 0.5)},
+    # measured, not adopted: the fused value smoothed too
+    **{f"fused-0.25-{w}": fused_neighbours(0.25, w) for w in (0.1, 0.25, 0.5)},
 }
+
+
+def oracle(
+    ds: Dataset, agents: dict[str, Agent], qvecs: dict[str, np.ndarray], texts: dict[str, str], qids: list[str]
+) -> int:
+    """The share of evidence turns in the union of both lists' top rows (and with their
+    adjacent turns): what a second stage over that many candidates could reach at best."""
+    for depth in (10, 20, 50):
+        union, with_nb = [], []
+        for q in qids:
+            ag = agents[ds.agent_of[q]]
+            lists = retrieve(ag, qvecs[q], texts[q], depth)
+            pos = {int(r.split(":")[1]) - 1 for r, _ in (*lists.vector, *lists.lexical)}
+            near = pos | {p + d for p in pos for d in (-1, 1) if 0 <= p + d < len(ag.doc_ids)}
+            rel = set(ds.qrels[q])
+            union.append(len(rel & {ag.doc_ids[p] for p in pos}) / len(rel))
+            with_nb.append(len(rel & {ag.doc_ids[p] for p in near}) / len(rel))
+        both = f"{statistics.fmean(union):.3f}; with neighbours {statistics.fmean(with_nb):.3f}"
+        print(f"top {depth} of each list: {both}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -186,6 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=LOCOMO_DEV)
     ap.add_argument("--embedder", default=None)
     ap.add_argument("--only", default=None, help="comma list of variants")
+    ap.add_argument("--oracle", action="store_true", help="how much evidence the top rows of either list hold")
     args = ap.parse_args(argv)
     ds = load_dataset(args.data)
     agents = build(ds, args.embedder)
@@ -195,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     qvecs = dict(zip(qids, emb.embed([texts[q] for q in qids]), strict=True))
     lists = {q: retrieve(agents[ds.agent_of[q]], qvecs[q], texts[q], 5 * K) for q in qids}
     cat_of = {q: name for name, qs in ds.query_sets.items() for q in qs}
+    if args.oracle:
+        return oracle(ds, agents, qvecs, texts, qids)
     wanted = args.only.split(",") if args.only else list(VARIANTS)
     print("| variant | R@10 | R@5 | NDCG@10 | " + " | ".join(ds.query_sets) + " | R@10 minus base (± 1.96·SE) |")
     print("|---" * (5 + len(ds.query_sets)) + "|")
