@@ -9,9 +9,43 @@ reversed walk, not a sort.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 from memstream.projections.row_dicts import row_dicts
+
+
+def shared(s: str | None) -> str | None:
+    """One string object for values many rows repeat (agent, project, channel, author, model,
+    timestamps shared with other read models): a row holds a reference, not a copy
+    (docs/benchmarks.md, "Memory per memory")."""
+    return intern(s) if s is not None else None
+
+
+def _source(src: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: intern(v) if isinstance(v, str) else v for k, v in src.items()} if src else {}
+
+
+def _memory_row(raw: dict[str, Any]) -> MemoryRow:
+    """A memory row from its snapshot dict, its repeated strings shared."""
+    created = intern(raw["created_at"])
+    updated = raw["updated_at"]
+    return MemoryRow(
+        raw["id"],
+        intern(raw["agent_id"]),
+        intern(raw["project_id"]),
+        intern(raw["channel"]),
+        raw["content"],
+        raw["msg_id"],
+        _source(raw["source"]),
+        raw["metadata"],
+        created,
+        created if updated == created else intern(updated),
+        raw["timestamp"],
+        raw.get("locked", False),
+        intern(raw.get("author", "")),
+        shared(raw.get("embedding_model")),
+    )
 
 
 @dataclass(slots=True)
@@ -85,21 +119,22 @@ class MemoriesProjection:
             return
         if t == "memory.stored":
             s = ev["scope"]
+            at = intern(ev["occurred_at"])
             new = MemoryRow(
                 id=p["id"],
-                agent_id=s["agent_id"],
-                project_id=s["project_id"],
-                channel=s["channel"],
+                agent_id=intern(s["agent_id"]),
+                project_id=intern(s["project_id"]),
+                channel=intern(s["channel"]),
                 content=p["content"],
                 msg_id=p.get("msg_id"),
-                source=p.get("source") or {},
+                source=_source(p.get("source")),
                 metadata=p.get("metadata") or {},
-                created_at=ev["occurred_at"],
-                updated_at=ev["occurred_at"],
+                created_at=at,
+                updated_at=at,
                 timestamp=p.get("timestamp"),
                 locked=bool(p.get("locked", False)),
-                author=ev["actor"]["client_id"],
-                embedding_model=_model(p),
+                author=intern(ev["actor"]["client_id"]),
+                embedding_model=shared(_model(p)),
             )
             self.rows[new.id] = new
             self.by_agent.setdefault(new.agent_id, {})[new.id] = None
@@ -115,8 +150,8 @@ class MemoriesProjection:
             row.content = p["content"]
             if p.get("metadata") is not None:
                 row.metadata = p["metadata"]
-            row.updated_at = ev["occurred_at"]
-            row.embedding_model = _model(p)
+            row.updated_at = intern(ev["occurred_at"])
+            row.embedding_model = shared(_model(p))
         elif t == "memory.deleted":
             self._drop(row.id)
         elif t == "memory.locked":
@@ -140,7 +175,7 @@ class MemoriesProjection:
         self.rows.clear()
         self.by_agent.clear()
         for raw in body["rows"]:
-            row = MemoryRow(**raw)
+            row = _memory_row(raw)
             self.rows[row.id] = row
             self.by_agent.setdefault(row.agent_id, {})[row.id] = None
 

@@ -6,6 +6,7 @@ docs/context-packets.md for what "version" and "verified" mean.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 from memstream.projections.row_dicts import row_dicts
@@ -49,16 +50,18 @@ class VersionsProjection:
         p = ev["payload"]
         if t == "memory.stored" or t == "episode.archived":
             s = ev["scope"]
-            ref = f"{'mem' if t == 'memory.stored' else 'ep'}:{p['id']}"
+            # Refs and repeated strings interned: the lexical index and the memories share them.
+            ref = intern(f"{'mem' if t == 'memory.stored' else 'ep'}:{p['id']}")
             msg_id = p.get("msg_id") if t == "memory.stored" else None
-            self.rows[ref] = VersionRow(ref, s["agent_id"], s["project_id"], msg_id, 1, ev["occurred_at"], offset)
+            at = intern(ev["occurred_at"])
+            self.rows[ref] = VersionRow(ref, intern(s["agent_id"]), intern(s["project_id"]), msg_id, 1, at, offset)
             if msg_id is not None:
                 self.by_msg.setdefault((s["agent_id"], msg_id), {})[ref] = None
         elif t == "memory.updated":
             row = self.rows.get(f"mem:{p['id']}")
             if row is not None:
                 row.version += 1
-                row.written_at = ev["occurred_at"]
+                row.written_at = intern(ev["occurred_at"])
                 row.written_offset = offset
         elif t == "memory.verified":
             row = self.rows.get(f"mem:{p['id']}")
@@ -116,7 +119,18 @@ class VersionsProjection:
         self.rows.clear()
         self.by_msg.clear()
         for raw in body["rows"]:
-            row = VersionRow(**raw)
+            verified = raw.get("verified_at")
+            row = VersionRow(
+                intern(raw["ref"]),
+                intern(raw["agent_id"]),
+                intern(raw["project_id"]),
+                raw["msg_id"],
+                raw["version"],
+                intern(raw["written_at"]),
+                raw["written_offset"],
+                intern(verified) if verified is not None else None,
+                raw.get("verified_offset", -1),
+            )
             self.rows[row.ref] = row
             if row.msg_id is not None:
                 self.by_msg.setdefault((row.agent_id, row.msg_id), {})[row.ref] = None

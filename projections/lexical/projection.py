@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import struct
+from sys import intern
 from typing import Any, Final
 
 import orjson
@@ -58,10 +59,11 @@ class LexicalProjection:
             s = ev["scope"]
             p = ev["payload"]
             idx = self._agent(s["agent_id"])
+            # Refs interned: the versions and history read models hold the same strings.
             if t == "memory.stored":
-                ref, text = f"mem:{p['id']}", p["content"]
+                ref, text = intern(f"mem:{p['id']}"), p["content"]
             else:
-                ref, text = f"ep:{p['id']}", _text_of_episode(p)
+                ref, text = intern(f"ep:{p['id']}"), _text_of_episode(p)
             old = idx.slot_of.get(ref)
             seq = int(idx.seq[old]) if old is not None else offset  # a re-applied create keeps its place
             idx.add(ref, s.get("project_id", ""), s.get("channel", ""), seq, text)
@@ -70,7 +72,7 @@ class LexicalProjection:
             if p.get("kind", "mem") != "mem":
                 return
             idx = self.agents.get(ev["scope"]["agent_id"])
-            ref = f"mem:{p['id']}"
+            ref = intern(f"mem:{p['id']}")
             if idx is None or ref not in idx.slot_of:
                 return
             slot = idx.slot_of[ref]

@@ -176,7 +176,7 @@ def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> di
         if not idx.alive[:n].all():
             raise ValueError("lexical sidecar holds dead slots")
         idx.n, idx.dead, idx.total_len = n, 0, e["total_len"]
-        idx.refs = e["refs"]
+        idx.refs = [intern(r) for r in e["refs"]]
         idx.names = e["names"]
         idx.codes = {s: i for i, s in enumerate(idx.names)}
         idx.slot_of = {ref: i for i, ref in enumerate(idx.refs)}

@@ -1,0 +1,71 @@
+"""Strings many rows repeat are held once: a memory row's agent, author, model and timestamps,
+a version row's, and the refs the lexical and versions read models both key by, whether the
+rows were folded or loaded from a snapshot; snapshots and digests are unchanged by it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from memstream.projections.lexical import LexicalProjection
+from memstream.projections.records import MemoriesProjection
+from memstream.projections.runner import digest_of
+from memstream.projections.versions import VersionsProjection
+from tests.unit.test_lexical import make_event, updated
+
+
+def stored(mid: int, content: str) -> dict[str, Any]:
+    payload = {
+        "id": mid,
+        "content": content,
+        "msg_id": f"m{mid}",
+        "locked": False,
+        "source": {"type": "Agent", "id": "alice", "name": ""},
+        "embedding": {"model": "minilm", "dim": 3, "dtype": "float32"},
+    }
+    return make_event("memory.stored", payload, agent="alice")
+
+
+def fold(p: Any, events: list[dict[str, Any]]) -> Any:
+    for offset, ev in enumerate(events):
+        # each event decoded on its own, as the log hands them over: no string shared by accident
+        p.apply(offset, orjson.loads(orjson.dumps(ev)))
+        p.offset = offset
+    return p
+
+
+def reloaded(p: Any, fresh: Any) -> Any:
+    fresh.load_snapshot(orjson.loads(orjson.dumps(p.to_snapshot())))
+    return fresh
+
+
+EVENTS = [
+    stored(1, "first memory"),
+    stored(2, "second memory"),
+    updated(2, "second, edited", agent="alice"),
+    stored(3, "third memory"),
+]
+
+
+def test_memory_rows_share_their_repeated_strings_folded_and_loaded() -> None:
+    folded = fold(MemoriesProjection(), EVENTS)
+    loaded = reloaded(folded, MemoriesProjection())
+    assert digest_of(loaded) == digest_of(folded) and loaded.to_snapshot() == folded.to_snapshot()
+    for p in (folded, loaded):
+        a, b = p.rows[1], p.rows[3]
+        assert a.agent_id is b.agent_id and a.author is b.author and a.embedding_model is b.embedding_model
+        assert a.source["type"] is b.source["type"] and a.source["id"] is b.source["id"]
+        assert a.updated_at is a.created_at  # never updated: one string for both
+    assert loaded.rows[2].updated_at == folded.rows[2].updated_at
+
+
+def test_versions_and_lexical_key_by_the_same_ref_strings() -> None:
+    versions, lexical = fold(VersionsProjection(), EVENTS), fold(LexicalProjection(), EVENTS)
+    lexical_refs = {r: r for r in lexical.agents["alice"].slot_of}
+    for ref, row in versions.rows.items():
+        assert row.ref is ref and lexical_refs[ref] is ref
+    again = reloaded(versions, VersionsProjection())
+    assert digest_of(again) == digest_of(versions) and again.to_snapshot() == versions.to_snapshot()
+    for ref, row in again.rows.items():
+        assert row.ref is ref and lexical_refs[ref] is ref and row.agent_id is versions.rows[ref].agent_id
