@@ -143,6 +143,18 @@ async def write_phase(port: int, writers: int, per_writer: int, phase: int) -> d
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux /proc): a cost that load on a shared
+    machine does not inflate the way it inflates wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return round(1000 * s[min(len(s) - 1, int(len(s) * q))], 2)
@@ -166,7 +178,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     for s in subs:
                         s.start()
                     await asyncio.wait_for(asyncio.gather(*(s.connected.wait() for s in subs)), 60)
+                server_cpu, client_cpu = cpu_seconds(server.proc.pid), own_cpu_seconds()
                 result = await write_phase(server.port, args.writers, args.per_writer, phase)
+                result["server_cpu_ms_per_store"] = round(
+                    1000 * (cpu_seconds(server.proc.pid) - server_cpu) / result["stores"], 3
+                )
+                result["client_cpu_ms_per_store"] = round(1000 * (own_cpu_seconds() - client_cpu) / result["stores"], 3)
                 sent, acked = result.pop("_sent"), result.pop("_acked")
                 if with_subs:
                     # wait (bounded) until the sampled subscribers have every event of the phase
@@ -192,6 +209,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         await s.stop()
                 row["with" if with_subs else "without"] = result
             row["ratio"] = round(row["with"]["stores_per_s"] / row["without"]["stores_per_s"], 3)
+            row["server_cpu_ratio"] = round(
+                row["with"]["server_cpu_ms_per_store"] / row["without"]["server_cpu_ms_per_store"], 3
+            )
             rounds.append(row)
             print(json.dumps(row), flush=True)
     finally:
@@ -203,6 +223,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "config": {},
         "rounds": rounds,
         "ratio_median": statistics.median(ratios),
+        "server_cpu_ratio_median": statistics.median(r["server_cpu_ratio"] for r in rounds),
         "delivered_p99_ms_from_ack_max": max(r["with"]["delivered_p99_ms_from_ack"] for r in rounds),
     }
 

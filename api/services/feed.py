@@ -43,6 +43,10 @@ from memstream.streams.log.port import LogRecord
 DEFAULT_BUFFER = 1000  # events a subscriber may fall behind before it is cut off
 READ_BATCH = 256  # below DEFAULT_BUFFER: one read never cuts off a subscriber that keeps up
 POLL_SECONDS = 0.5  # how soon another process's appends are seen (this process's: at once)
+# The reader reads at most once per this interval (at once when the last read was longer ago):
+# each subscriber's cost is per batch (a wake-up and a write), so under a write storm commits
+# close together go out as one batch, for at most this much latency; a quiet feed adds none.
+MIN_READ_INTERVAL_S = 0.025
 
 
 class FeedLog(Protocol):
@@ -258,6 +262,7 @@ class Feed:
     log: FeedLog
     batch: int = READ_BATCH
     poll_seconds: float = POLL_SECONDS
+    min_read_interval_s: float = MIN_READ_INTERVAL_S
     _subs: set[Subscription] = field(default_factory=set)
     _next: int | None = None  # the next offset the reader reads; None while nobody is joined
     _signal: asyncio.Event = field(default_factory=asyncio.Event)
@@ -340,9 +345,15 @@ class Feed:
 
     async def _run(self) -> None:
         everything = FeedFilter()
+        loop = asyncio.get_running_loop()
+        last_read = 0.0
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._signal.wait(), self.poll_seconds)
+            wait = last_read + self.min_read_interval_s - loop.time()
+            if self._next is not None and wait > 0:
+                await asyncio.sleep(wait)
+            last_read = loop.time()
             self._signal.clear()
             while (start := self._next) is not None:
                 records, items = await self._read(start, None, everything)
