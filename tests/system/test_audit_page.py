@@ -27,9 +27,9 @@ import pytest
 
 from memstream.api.services.settings import load_settings
 from tests.support.acl import ACL, TOKENS, write_acl
+from tests.support.browser import browser_or_skip, launch
 from tests.support.servers import ServerThread, log_end
 
-CHROMIUM = Path("/usr/bin/chromium")
 DOC_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "img" / "audit-timeline.png"
 HOSTILE = "<script>alert('pwned')</script> & <b>bold</b> \"quoted\""
 
@@ -97,46 +97,15 @@ def test_memory_timeline_and_bad_requests(populated: tuple[ServerThread, dict[st
         assert "<script>" not in r.text, path
 
 
-def _browser_or_skip() -> None:
-    """Skip unless playwright and Chromium are there (fail instead with MEMSTREAM_REQUIRE_BROWSER)."""
-    required = bool(os.environ.get("MEMSTREAM_REQUIRE_BROWSER"))
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        if required:
-            raise
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
-    if not CHROMIUM.exists():
-        if required:
-            pytest.fail(f"MEMSTREAM_REQUIRE_BROWSER is set but {CHROMIUM} is missing (infra/install-chromium.sh)")
-        pytest.skip(f"{CHROMIUM} is missing: run infra/install-chromium.sh (or set MEMSTREAM_REQUIRE_BROWSER)")
-
-
-def _launch(pw: Any) -> Any:
-    return pw.chromium.launch(
-        executable_path=str(CHROMIUM),
-        headless=True,
-        args=[
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-        ],
-    )
-
-
 def test_audit_page_in_headless_chromium(populated: tuple[ServerThread, dict[str, Any]], tmp_path: Path) -> None:
-    _browser_or_skip()
+    browser_or_skip()
     from playwright.sync_api import sync_playwright
 
     srv, ids = populated
     dialogs: list[str] = []
     shot = tmp_path / "audit-timeline.png"
     with sync_playwright() as pw:
-        browser = _launch(pw)
+        browser = launch(pw)
         try:
             page = browser.new_page(viewport={"width": 1100, "height": 900})
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
@@ -309,12 +278,12 @@ def test_acl_audit_login_gives_a_strict_session_cookie_and_logout_ends_it(acl_se
 def test_acl_audit_login_in_headless_chromium(acl_server: ServerThread) -> None:
     """A person with a browser: log in with a token, see their own agent's timeline, be refused
     another agent's, log out (and be asked to log in again)."""
-    _browser_or_skip()
+    browser_or_skip()
     from playwright.sync_api import sync_playwright
 
     dialogs: list[str] = []
     with sync_playwright() as pw:
-        browser = _launch(pw)
+        browser = launch(pw)
         try:
             context = browser.new_context()
             page = context.new_page()
