@@ -166,3 +166,14 @@ def test_backoff_doubles_up_to_its_cap_and_honours_retry_after() -> None:
     assert policy.delay(1, "Wed, 21 Oct 2015 07:28:00 GMT") == 1.0
     with pytest.raises(ValueError):
         RetryPolicy(retries=-1)
+
+
+def test_the_client_has_one_import_name() -> None:
+    """Its files sit under api/ (for the layer rules) but it is memstream.client only: a second
+    name would make second copies of its exception classes, which ``except`` would not match."""
+    import importlib
+    import sys
+
+    with pytest.raises(ImportError, match=r"memstream\.client"):
+        importlib.import_module("memstream.api.client")
+    assert "memstream.api.client" not in sys.modules
