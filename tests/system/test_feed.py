@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,3 +222,23 @@ async def test_acl_naming_an_agent_the_client_may_not_read_is_a_403_before_strea
         assert body["agent_id"] == "bob" and body["client_id"] == "r-alice" and body["required"] == "read"
         r = await nobody.get("/v1/events")
         assert r.status_code == 401
+
+
+async def test_memstream_tail_follow_still_prints_new_events(server: ServerThread) -> None:
+    """``memstream tail -f`` reads the log file itself, beside the feed: new events appear as lines."""
+    env = {**os.environ, "MEMSTREAM_DATA_DIR": str(server.app.state.engine.settings.data_dir)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "memstream.api.cli", "tail", "-f", "--from", "0",
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        async with client(server) as http:
+            for i in range(3):
+                await store(http, "tailed", f"tailed {i}")
+        assert proc.stdout is not None
+        async with asyncio.timeout(WAIT):
+            lines = [json.loads(await proc.stdout.readline()) for _ in range(3)]
+        assert [line["change"]["content"] for line in lines] == [f"tailed {i}" for i in range(3)]
+    finally:
+        proc.terminate()
+        await proc.wait()
