@@ -422,3 +422,17 @@ def test_the_readme_snippet_runs(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout == "The user prefers short answers\n"
     assert (tmp_path / "memory" / "log.sqlite3").is_file()
+
+
+def test_importing_the_client_loads_no_server_side_module() -> None:
+    """An agent that talks to a server does not pay for the engine, the model or the web stack:
+    only ``Client.local`` imports them."""
+    probe = (
+        "import sys, memstream.client\n"
+        "heavy = ('memstream.api', 'memstream.streams', 'memstream.projections', 'numpy', 'onnxruntime',"
+        " 'fastapi', 'aiokafka', 'uvicorn')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
