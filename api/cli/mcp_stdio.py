@@ -12,8 +12,9 @@ from typing import Any
 
 from memstream.api.faces.auth import stdio_caller
 from memstream.api.faces.mcp import CallerFactory, ToolService, engine_changes, run_stdio, stdio_caller_factory
-from memstream.api.faces.mcp_resources import AgentChanges
+from memstream.api.faces.mcp_resources import AgentChanges, source_changes
 from memstream.api.kafka.router.app import RouterEngine
+from memstream.api.kafka.router.feed import KafkaFeed
 from memstream.api.services.acl import AclConfig, AclConfigError, load_configured
 from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import Settings, load_settings
@@ -67,12 +68,14 @@ async def serve_stdio(settings: Settings | None = None, *, kafka: KafkaConfig | 
     settings = settings if settings is not None else load_settings()
     acl = load_configured(settings)
     service = tool_service(settings, acl, kafka)
-    await run_stdio(service, stdio_callers(acl), service_changes(service))
+    await run_stdio(service, stdio_callers(acl), service_changes(service, kafka))
 
 
-def service_changes(service: ToolService) -> AgentChanges | None:
-    """The change feed resource subscriptions follow: the embedded engine's. A Kafka router
-    serves resources read-only over stdio (docs/mcp.md, "Resources and subscriptions")."""
+def service_changes(service: ToolService, kafka: KafkaConfig | None) -> AgentChanges | None:
+    """The change feed resource subscriptions follow: the embedded engine's, or with ``kafka``
+    the events topic, read as the router's ``GET /v1/events`` reads it."""
+    if kafka is not None:
+        return source_changes(KafkaFeed(kafka))
     return engine_changes(service.engine) if isinstance(service, EmbeddedTools) else None
 
 

@@ -1,6 +1,7 @@
-"""MCP resources in Kafka mode: the router serves them read-only, each read forwarded to the
-worker owning the agent like the tool it runs; it advertises no subscriptions and refuses
-resources/subscribe (docs/mcp.md, "Resources and subscriptions")."""
+"""MCP resources in Kafka mode: the router serves them, each read forwarded to the worker owning
+the agent like the tool it runs, and announces changes read from the events topic (the feed
+behind its GET /v1/events), on a handshake session and on subscriptions/listen (docs/mcp.md,
+"Resources and subscriptions")."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def _text(result: types.CallToolResult | types.ReadResourceResult) -> dict[str, 
     return dict(json.loads(content.text))
 
 
-async def test_router_serves_resources_read_only(router_url: str) -> None:
+async def test_router_serves_resources(router_url: str) -> None:
     agents = [f"kres-{uuid.uuid4().hex[:8]}" for _ in range(3)]  # on different partitions, likely
     async with (
         asyncio.timeout(120),
@@ -47,7 +48,7 @@ async def test_router_serves_resources_read_only(router_url: str) -> None:
         Client(streamable_http_client(f"{router_url}/mcp", http_client=http), mode="legacy") as client,
     ):
         caps = client.server_capabilities.resources
-        assert caps is not None and not caps.subscribe
+        assert caps is not None and caps.subscribe
         ids = {}
         for agent in agents:
             stored = _text(await client.call_tool("store", {"agent_id": agent, "content": f"{agent} was here"}))
@@ -66,7 +67,55 @@ async def test_router_serves_resources_read_only(router_url: str) -> None:
         versions = [v["content"] for v in one["versions"]]  # type: ignore[attr-defined]
         assert versions == [f"{agents[0]} was here", "edited on its worker"]
 
+
+async def test_router_announces_changes_from_the_events_topic(router_url: str) -> None:
+    agent, other = (f"knot-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    arrived: asyncio.Queue[str] = asyncio.Queue()
+
+    async def handler(message: object) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            arrived.put_nowait(message.params.uri)
+
+    async with (
+        asyncio.timeout(180),
+        httpx2.AsyncClient(headers={"X-Client-Id": "knot"}, timeout=httpx2.Timeout(60.0)) as http,
+        Client(streamable_http_client(f"{router_url}/mcp", http_client=http), mode="auto") as writer,
+        httpx2.AsyncClient(headers={"X-Client-Id": "knot-w"}, timeout=httpx2.Timeout(60.0)) as whttp,
+        Client(
+            streamable_http_client(f"{router_url}/mcp", http_client=whttp), mode="legacy", message_handler=handler
+        ) as watcher,
+    ):
+        stored = _text(await writer.call_tool("store", {"agent_id": agent, "content": "watched on a worker"}))
+        mid = int(str(stored["id"]))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with pytest.raises(MCPError):
-                await client.subscribe_resource(memories_uri(agents[0]))
+            await watcher.subscribe_resource(memory_uri(agent, mid))
+            with pytest.raises(MCPError, match="unknown resource"):
+                await watcher.subscribe_resource("memstream://agents/")
+        # The session's GET stream opens on its own: edit until one update is announced.
+        for attempt in range(30):
+            await writer.call_tool("update_memory", {"agent_id": agent, "memory_id": mid, "content": f"edit {attempt}"})
+            try:
+                async with asyncio.timeout(2):
+                    assert await arrived.get() == memory_uri(agent, mid)
+                break
+            except TimeoutError:
+                continue
+        else:
+            raise AssertionError("no update was announced through the router")
+        while not arrived.empty():
+            arrived.get_nowait()
+        await writer.call_tool("store", {"agent_id": other, "content": "not watched"})
+        await writer.call_tool("store", {"agent_id": agent, "content": "another memory, not watched"})
+        await writer.call_tool("update_memory", {"agent_id": agent, "memory_id": mid, "content": "last edit"})
+        async with asyncio.timeout(30):
+            assert await arrived.get() == memory_uri(agent, mid)
+        late = [arrived.get_nowait() for _ in range(arrived.qsize())]  # a warm-up edit's, if any
+        assert set(late) <= {memory_uri(agent, mid)}, late
+
+        # 2026-07-28: subscriptions/listen on the router.
+        async with writer.listen(resource_subscriptions=[memories_uri(agent)]) as sub:
+            await writer.call_tool("store", {"agent_id": agent, "content": "listened to"})
+            async with asyncio.timeout(30):
+                event = await anext(sub)
+            assert event.uri == memories_uri(agent)  # type: ignore[union-attr]

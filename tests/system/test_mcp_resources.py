@@ -301,7 +301,8 @@ async def test_http_session_subscriptions_and_release(server: ServerThread) -> N
                 await _store(writer, "h1", "another memory of h1")
                 await _update(writer, "h1", mid, "watched, and edited")
                 await notes.wait_for(memory_uri("h1", mid), after=seen)
-                assert notes.uris[seen:] == [memory_uri("h1", mid)]
+                # Only the watched memory (a late warm-up edit's notification may repeat it).
+                assert set(notes.uris[seen:]) == {memory_uri("h1", mid)}
             # The client's DELETE ended the session: its feed subscription is gone.
             await _until(lambda: _subscribers(server) == 0)
 

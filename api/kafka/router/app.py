@@ -24,6 +24,7 @@ from memstream.api.faces.console.routes import add_console_routes
 from memstream.api.faces.feed import add_feed_route
 from memstream.api.faces.http import TOOL_ROUTES, caller_of, json_response
 from memstream.api.faces.mcp import McpHttpApp
+from memstream.api.faces.mcp_resources import source_changes
 from memstream.api.faces.origin import OriginGuard, origin_policy
 from memstream.api.faces.sessions import AuditSessions
 from memstream.api.kafka.router.feed import KafkaFeed
@@ -396,8 +397,14 @@ def router_app(
     router = Router(cfg, acl=acl, settings=settings)
     conf = settings if settings is not None else load_settings(env={})
     policy = origin_policy(conf, host)
+    feed = KafkaFeed(cfg)  # the change feed, read from the events topic: GET /v1/events and MCP subscriptions
     mcp = McpHttpApp(
-        None, host=host, call=router.call, allowed_hosts=policy.mcp_hosts(), allowed_origins=policy.mcp_origins()
+        None,
+        host=host,
+        call=router.call,
+        changes=source_changes(feed),
+        allowed_hosts=policy.mcp_hosts(),
+        allowed_origins=policy.mcp_origins(),
     )
 
     async def call(request: Request) -> Response:
@@ -433,7 +440,6 @@ def router_app(
     app = Starlette(routes=routes, lifespan=lifespan)
     sessions = AuditSessions(conf.audit_session_s) if acl is not None else None
     add_console_routes(app, acl, sessions)  # GET /: the console (and its login in ACL mode)
-    feed = KafkaFeed(cfg)  # GET /v1/events: the change feed, read from the events topic
     add_feed_route(app, lambda request: feed, conf, acl)
     if acl is not None:  # nothing is served before the token (or a console session) is checked
         app.add_middleware(BearerAuth, acl=acl, sessions=sessions)
