@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memstream.api.services.settings import load_settings
-from memstream.client import AsyncClient, Client, Invalid, PermissionDenied
+from memstream.client import AsyncClient, Client, Invalid, PermissionDenied, Unavailable
 from memstream.client.feed import FeedEvent
 from tests.support.acl import ACL, TOKENS, write_acl
 from tests.support.embedders import HashEmbedder
@@ -201,3 +201,32 @@ async def test_local_feed_async_resumes_after_a_cut_off(tmp_path: Path) -> None:
         assert [e.change["content"] for e in got] == [f"Ida note {i}" for i in range(1, 20)]
         assert [int(e.position) for e in got] == list(range(1, 20))
         assert stream.cursor.cutoffs >= 1 and stream.cursor.connections == stream.cursor.cutoffs + 1
+
+
+async def test_without_reconnect_a_cut_off_ends_the_iteration_where_it_stood(tmp_path: Path) -> None:
+    small = {"sync": "NORMAL", "feed_buffer": 4}
+    memory = AsyncClient.local(tmp_path / "data", embedder=HashEmbedder(), settings=small)
+    async with asyncio.timeout(WAIT), memory:
+        async with memory.events("jo", reconnect=False) as stream:
+            waiting = asyncio.ensure_future(stream.__anext__())
+            await memory.store("jo", "Jo note 0")
+            first = await waiting
+            for i in range(1, 12):
+                await memory.store("jo", f"Jo note {i}")
+            rest = [event async for event in stream]  # what was queued, then the end
+        positions = [int(e.position) for e in [first, *rest]]
+        assert positions == list(range(positions[0], positions[0] + len(positions))) and len(positions) < 12
+        assert stream.cursor.cutoffs == 1 and stream.cursor.at == str(positions[-1] + 1)
+        async with memory.events("jo", start=stream.cursor.at) as resumed:
+            following = [await resumed.__anext__() for _ in range(12 - len(positions))]
+        assert [e.change["content"] for e in following][-1] == "Jo note 11"
+
+
+def test_without_reconnect_a_drop_raises_unavailable(server: ServerThread) -> None:
+    with TcpRelay(server.port) as relay, Client(relay.url, timeout=WAIT) as memory:
+        memory.store("kim", "Kim's note")
+        with memory.events("kim", start=0, reconnect=False) as stream:
+            assert next(stream).position == "0"
+            relay.cut()
+            with pytest.raises(Unavailable):
+                next(stream)
