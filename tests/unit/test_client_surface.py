@@ -177,3 +177,14 @@ def test_the_client_has_one_import_name() -> None:
     with pytest.raises(ImportError, match=r"memstream\.client"):
         importlib.import_module("memstream.api.client")
     assert "memstream.api.client" not in sys.modules
+
+
+def test_a_token_names_the_caller_and_x_client_id_only_without_one() -> None:
+    from memstream.client.remote import headers_for
+
+    with_token = headers_for("tok-1", "bot-7", "s-1")
+    assert with_token["authorization"] == "Bearer tok-1" and "x-client-id" not in with_token
+    assert with_token["x-session-id"] == "s-1"
+    without = headers_for(None, "bot-7", None)
+    assert without["x-client-id"] == "bot-7" and "authorization" not in without and "x-session-id" not in without
+    assert "x-client-id" not in headers_for(None, None, None)
