@@ -539,6 +539,7 @@
   let retryMs = 1000;
   let reconnecting = false; // the last stream was closed for good: the next one is a fresh start
   let refreshTimer = null;
+  const touched = new Set(); // agents and records the events since the last reload touched
 
   function setLive(on, text) {
     liveBadge.textContent = text;
@@ -558,18 +559,22 @@
       ref ? h("div", {}, link(ref, "memory", ref), " ", preview) : preview ? h("div", {}, preview) : null));
     while (feedList.children.length > 200) feedList.lastChild.remove();
     if (asOf === null) { // a view of "now" follows the feed; a view of the past stays put
-      clearTimeout(refreshTimer);
-      refreshTimer = setTimeout(refreshIfShown(agent, ref), 300);
+      touched.add(`agent:${agent}`);
+      if (ref) touched.add(`ref:${ref}`);
+      // At most one reload per half second however fast events come (a busy fleet must not
+      // keep the view from ever reloading).
+      if (refreshTimer === null) refreshTimer = setTimeout(refreshIfShown, 500);
     }
   }
 
-  function refreshIfShown(agent, ref) {
-    return () => {
-      const { parts } = parseHash();
-      const shown = parts.length === 0 || (parts[0] === "agent" && parts[1] === agent) ||
-        (parts[0] === "graph" && parts[1] === agent) || (parts[0] === "memory" && parts[1] === ref);
-      if (shown && !document.activeElement.matches("input, select")) route();
-    };
+  function refreshIfShown() {
+    refreshTimer = null;
+    const { parts } = parseHash();
+    const shown = parts.length === 0 || ((parts[0] === "agent" || parts[0] === "graph") && touched.has(`agent:${parts[1]}`)) ||
+      (parts[0] === "memory" && touched.has(`ref:${parts[1]}`));
+    touched.clear();
+    const typing = document.activeElement !== null && document.activeElement.matches("input, select");
+    if (shown && !typing) route();
   }
 
   function connect() {
