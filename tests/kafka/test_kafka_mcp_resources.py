@@ -7,20 +7,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from memstream.api.faces.mcp_resources import memories_uri, memory_uri
-from tests.support.deployment import shared_deployment
+from tests.support.deployment import Deployment, shared_deployment
 
+PARTITIONS = 4
 pytestmark = [pytest.mark.kafka, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
@@ -119,3 +123,38 @@ async def test_router_announces_changes_from_the_events_topic(router_url: str) -
             async with asyncio.timeout(30):
                 event = await anext(sub)
             assert event.uri == memories_uri(agent)  # type: ignore[union-attr]
+
+
+async def test_stdio_router_announces_changes(deployment: Deployment, tmp_path: Path) -> None:
+    """``memstream mcp --kafka``: a stdio host's subscription follows the events topic; the
+    stores come from another client, through the deployment's HTTP router."""
+    deployment.worker()
+    deployment.router()
+    await deployment.ready()
+    arrived: asyncio.Queue[str] = asyncio.Queue()
+
+    async def handler(message: object) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            arrived.put_nowait(message.params.uri)
+
+    args = ["-m", "memstream.api.cli", "mcp", *deployment.kafka_args]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(tmp_path))
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with (
+            asyncio.timeout(180),
+            Client(stdio_client(params, errlog=errlog), mode="legacy", message_handler=handler) as host,
+            httpx2.AsyncClient(headers={"X-Client-Id": "kst"}, timeout=httpx2.Timeout(60.0)) as http,
+            Client(streamable_http_client(f"{deployment.url}/mcp", http_client=http), mode="auto") as writer,
+        ):
+            stored = _text(await writer.call_tool("store", {"agent_id": "ada", "content": "seen from stdio"}))
+            mid = int(str(stored["id"]))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                await host.subscribe_resource(memories_uri("ada"))
+            # The subscribe was answered with its consumer in place: this store is announced.
+            await writer.call_tool("store", {"agent_id": "bob", "content": "not watched"})
+            await writer.call_tool("update_memory", {"agent_id": "ada", "memory_id": mid, "content": "edited"})
+            async with asyncio.timeout(60):
+                assert await arrived.get() == memories_uri("ada")
+            page = _text(await host.read_resource(memories_uri("ada")))
+            assert [m["content"] for m in page["memories"]] == ["edited"]  # type: ignore[attr-defined]
