@@ -484,3 +484,79 @@ def tail(data_dir: Path | None, start: int | None, agent: str | None, follow: bo
         return
     finally:
         log.close()
+
+
+@main.command()
+@data_dir_option
+@click.option("--agent", "agent_id", required=True, help="The agent whose data is erased.")
+@click.option("--memory", "memory_id", type=int, default=None, help="Erase this memory.")
+@click.option("--ref", default=None, help="Erase this record (mem:<id> or ep:<id>).")
+@click.option("--source", default=None, help="Erase the agent's memories of this source id.")
+@click.option("--all", "everything", is_flag=True, help="Erase everything of the agent.")
+@click.option("--reason", required=True, help="Why (kept in the clear in the log: name no one).")
+def erase(
+    data_dir: Path | None,
+    agent_id: str,
+    memory_id: int | None,
+    ref: str | None,
+    source: str | None,
+    everything: bool,
+    reason: str,
+) -> None:
+    """Erase a record, one source's memories, or all of an agent's data, for good: its keys are
+    destroyed, so nothing of it stays readable in the log, checkpoints or later backups
+    (docs/erasure.md). Prints what was erased and what sealing could not reach."""
+    from memstream.api.services.engine import EmbeddedEngine
+    from memstream.api.tools.dispatch import dispatch
+    from memstream.api.tools.registry import Caller
+
+    chosen = [x for x in (memory_id is not None, ref is not None, source is not None, everything) if x]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --memory, --ref, --source and --all")
+    settings = _settings(data_dir)
+    args: dict[str, Any] = {"agent_id": agent_id, "reason": reason}
+    if memory_id is not None or ref is not None:
+        tool = "erase_memory"
+        args.update({"memory_id": memory_id} if memory_id is not None else {"ref": ref})
+    else:
+        tool = "erase_agent_data"
+        if source is not None:
+            args["source"] = source
+
+    async def run() -> dict[str, Any]:
+        engine = EmbeddedEngine(settings)
+        await engine.start()
+        try:
+            return await dispatch(engine, Caller(client_id="cli"), tool, args)
+        finally:
+            await engine.close()
+
+    report = asyncio.run(run())
+    click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    if not report.get("ok"):
+        sys.exit(1)
+
+
+@main.group()
+def keys() -> None:
+    """The key store that seals the log (docs/security.md)."""
+
+
+@keys.command("rotate")
+@data_dir_option
+@click.option(
+    "--new-key-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The new master key (base64 of 32 bytes). Default: a new one replaces the data directory's master.key.",
+)
+@progress_option
+def keys_rotate(data_dir: Path | None, new_key_file: Path | None, show_progress: bool | None) -> None:
+    """Re-wrap every data key under a new master key (only the key store changes; the log is
+    not rewritten). Stop the servers on the data directory first."""
+    from memstream.streams.keys.rotation import rotate_master_key
+
+    settings = _settings(data_dir)
+    with progress_bar("keys", unit="keys", show=show_progress) as progress:
+        report = rotate_master_key(settings.log_path, new_key_file, progress)
+    click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())

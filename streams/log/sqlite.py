@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from memstream.streams.keys.master import resolve_master_key
-from memstream.streams.keys.sqlite import SqliteKeyStore
+from memstream.streams.keys.rotation import open_key_store
 from memstream.streams.log.port import LogRecord
 from memstream.streams.log.sealing import Sealer
 
@@ -70,8 +69,7 @@ def open_sealer(log_path: Path, *, seal_new: bool | None = None) -> Sealer | Non
     keys_path = log_path.with_name(KEYS_NAME)
     if not seal and not keys_path.exists():
         return None
-    master, _where = resolve_master_key(log_path.parent)
-    return Sealer(SqliteKeyStore(keys_path, master), seal_new=seal)
+    return Sealer(open_key_store(log_path.parent, keys_path), seal_new=seal)
 
 
 def connect(path: Path, *, synchronous: str = "FULL") -> sqlite3.Connection:
