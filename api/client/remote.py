@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import httpx
@@ -13,7 +14,10 @@ import orjson
 from .errors import MemstreamError, Unavailable, code_of_answer, error_for
 from .retry import RETRY_STATUSES, RetryPolicy
 
-VERSION = "0.1.0"
+try:
+    VERSION = version("memstream")
+except PackageNotFoundError:  # run from a checkout that is not installed
+    VERSION = "unknown"
 
 
 def checked_url(base_url: str) -> str:
