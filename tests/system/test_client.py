@@ -436,3 +436,16 @@ def test_importing_the_client_loads_no_server_side_module() -> None:
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+def test_a_local_client_beside_a_server_on_one_data_dir(tmp_path: Path) -> None:
+    settings = load_settings(env={}, data_dir=tmp_path / "data", sync="NORMAL")
+    with ServerThread(settings) as served, Client(served.url) as remote:
+        remote.store("lee", "Lee writes through the server")
+        with Client.local(tmp_path / "data", embedder=HashEmbedder(), settings={"sync": "NORMAL"}) as local:
+            assert [m.content for m in local.list_memories("lee").memories] == ["Lee writes through the server"]
+            local.store("lee", "Lee writes in process")
+        assert sorted(m.content for m in remote.list_memories("lee").memories) == [
+            "Lee writes in process",
+            "Lee writes through the server",
+        ]
