@@ -210,3 +210,39 @@ async def test_erase_answers_are_idempotent_on_retry(engine: EmbeddedEngine, too
     second = await call(engine, tool, **args)
     assert first["ok"] is True and second["ok"] is True
     assert engine.log.read(0, types=("record.erased", "agent.erased"), vectors=False).__len__() == 1
+
+
+async def test_erase_says_what_it_cannot_reach_in_a_log_written_before_sealing(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMSTREAM_SEALING", "off")
+    eng = EmbeddedEngine(settings, embedder=HashEmbedder())
+    await eng.start()
+    try:
+        old = await store(eng, "kate", SECRET)
+        out = await call(eng, "erase_memory", agent_id="kate", memory_id=old, reason="request")
+        assert out["ok"] is True and "sealing off" in out["unreachable"][0]
+        old = await store(eng, "kate", OTHER)
+    finally:
+        await eng.close()
+    assert not (settings.data_dir / "keys.db").exists()
+    monkeypatch.delenv("MEMSTREAM_SEALING")
+    eng = EmbeddedEngine(settings, embedder=HashEmbedder())
+    await eng.start()
+    try:
+        assert eng.log.sealed_from > 0
+        new = await store(eng, "kate", "written after sealing began: the codeword is marmot")
+        out = await call(eng, "erase_memory", agent_id="kate", memory_id=old, reason="request")
+        assert out["ok"] is True
+        assert out["unreachable"] == [
+            f"log offsets 0..{eng.log.sealed_from - 1} hold plaintext written before sealing; run memstream seal"
+        ]
+        # Read models and checkpoints drop it all the same; the plaintext log still holds it.
+        assert OTHER not in repr(await call(eng, "list_memories", agent_id="kate"))
+        assert hits(settings.data_dir / "snapshots", [OTHER.encode()]) == []
+        out = await call(eng, "erase_memory", agent_id="kate", memory_id=new, reason="request")
+        assert out["ok"] is True and out["unreachable"] == []
+    finally:
+        await eng.close()
+    assert hits(settings.data_dir, [b"marmot"]) == []
+    rebuild_equal(settings)
