@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from sys import intern
 from typing import Any
 
-from memstream.projections.row_dicts import row_dicts
+from memstream.projections.row_dicts import field_names, row_dicts, row_lists
 
 
 def shared(s: str | None) -> str | None:
@@ -26,25 +26,36 @@ def _source(src: dict[str, Any] | None) -> dict[str, Any]:
     return {k: intern(v) if isinstance(v, str) else v for k, v in src.items()} if src else {}
 
 
+# Memory snapshots: 2 holds rows as lists of the fields in this order (1: a dict per row).
+MEMORY_FORMAT = 2
+
+
 def _memory_row(raw: dict[str, Any]) -> MemoryRow:
-    """A memory row from its snapshot dict, its repeated strings shared."""
-    created = intern(raw["created_at"])
-    updated = raw["updated_at"]
+    """A memory row from a format-1 snapshot dict."""
+    fields = [raw.get(f) for f in field_names(MemoryRow)]
+    fields[11], fields[12] = raw.get("locked", False), raw.get("author", "")
+    return _memory_row_of(fields)
+
+
+def _memory_row_of(f: list[Any]) -> MemoryRow:
+    """A memory row from its snapshot list, its repeated strings shared."""
+    created = intern(f[8])
+    updated = f[9]
     return MemoryRow(
-        raw["id"],
-        intern(raw["agent_id"]),
-        intern(raw["project_id"]),
-        intern(raw["channel"]),
-        raw["content"],
-        raw["msg_id"],
-        _source(raw["source"]),
-        raw["metadata"],
+        f[0],
+        intern(f[1]),
+        intern(f[2]),
+        intern(f[3]),
+        f[4],
+        f[5],
+        _source(f[6]),
+        f[7],
         created,
         created if updated == created else intern(updated),
-        raw["timestamp"],
-        raw.get("locked", False),
-        intern(raw.get("author", "")),
-        shared(raw.get("embedding_model")),
+        f[10],
+        f[11],
+        intern(f[12]),
+        shared(f[13]),
     )
 
 
@@ -169,15 +180,22 @@ class MemoriesProjection:
         return [self.rows[i] for i in self.by_agent.get(agent_id, {})]
 
     def to_snapshot(self) -> dict[str, Any]:
-        return {"rows": row_dicts(self.rows.values())}
+        return {"format": MEMORY_FORMAT, "fields": field_names(MemoryRow), "rows": row_lists(self.rows.values())}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
         self.rows.clear()
         self.by_agent.clear()
+        fmt = body.get("format", 1)
+        if fmt == MEMORY_FORMAT and body.get("fields") != field_names(MemoryRow):
+            raise ValueError(f"memory snapshot fields {body.get('fields')!r} are not this version's")
+        if fmt not in (1, MEMORY_FORMAT):
+            raise ValueError(f"memory snapshot format {fmt!r}")
+        make = _memory_row_of if fmt == MEMORY_FORMAT else _memory_row
+        rows, by_agent = self.rows, self.by_agent
         for raw in body["rows"]:
-            row = _memory_row(raw)
-            self.rows[row.id] = row
-            self.by_agent.setdefault(row.agent_id, {})[row.id] = None
+            row = make(raw)
+            rows[row.id] = row
+            by_agent.setdefault(row.agent_id, {})[row.id] = None
 
 
 @dataclass

@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from sys import intern
 from typing import Any
 
-from memstream.projections.row_dicts import row_dicts
+from memstream.projections.row_dicts import field_names, row_lists
+
+# Versions snapshots: 2 holds rows as lists of the fields in this order (1: a dict per row).
+VERSIONS_FORMAT = 2
 
 
 @dataclass(slots=True)
@@ -111,25 +114,34 @@ class VersionsProjection:
         return out
 
     def to_snapshot(self) -> dict[str, Any]:
-        return {"rows": row_dicts(r for _, r in sorted(self.rows.items()))}
+        rows = row_lists(r for _, r in sorted(self.rows.items()))
+        return {"format": VERSIONS_FORMAT, "fields": field_names(VersionRow), "rows": rows}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
         # ``by_msg`` is an index, not state: its order never matters (``superseded_by`` orders
         # by offset), so it is rebuilt rather than stored.
         self.rows.clear()
         self.by_msg.clear()
+        fmt = body.get("format", 1)
+        if fmt == VERSIONS_FORMAT and body.get("fields") != field_names(VersionRow):
+            raise ValueError(f"versions snapshot fields {body.get('fields')!r} are not this version's")
+        if fmt not in (1, VERSIONS_FORMAT):
+            raise ValueError(f"versions snapshot format {fmt!r}")
+        names = field_names(VersionRow)
         for raw in body["rows"]:
-            verified = raw.get("verified_at")
+            if fmt == 1:  # a dict per row
+                raw = [raw.get(n, -1 if n == "verified_offset" else None) for n in names]
+            ref, agent, project, msg_id, version, written_at, written_offset, verified_at, verified_offset = raw
             row = VersionRow(
-                intern(raw["ref"]),
-                intern(raw["agent_id"]),
-                intern(raw["project_id"]),
-                raw["msg_id"],
-                raw["version"],
-                intern(raw["written_at"]),
-                raw["written_offset"],
-                intern(verified) if verified is not None else None,
-                raw.get("verified_offset", -1),
+                intern(ref),
+                intern(agent),
+                intern(project),
+                msg_id,
+                version,
+                intern(written_at),
+                written_offset,
+                intern(verified_at) if verified_at is not None else None,
+                verified_offset,
             )
             self.rows[row.ref] = row
             if row.msg_id is not None:

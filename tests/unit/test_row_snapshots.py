@@ -1,15 +1,18 @@
-"""Strings many rows repeat are held once: a memory row's agent, author, model and timestamps,
-a version row's, and the refs the lexical and versions read models both key by, whether the
-rows were folded or loaded from a snapshot; snapshots and digests are unchanged by it."""
+"""Memory and version rows in their snapshots (lists of named fields; the previous layout, a
+dict per row, still loads), and the strings many rows repeat held once: a memory row's agent,
+author, model and timestamps, a version row's, and the refs the lexical and versions read
+models both key by, whether folded or loaded; sharing them changes no snapshot or digest."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
+import pytest
 
 from memstream.projections.lexical import LexicalProjection
 from memstream.projections.records import MemoriesProjection
+from memstream.projections.row_dicts import row_dicts
 from memstream.projections.runner import digest_of
 from memstream.projections.versions import VersionsProjection
 from tests.unit.test_lexical import make_event, updated
@@ -69,3 +72,25 @@ def test_versions_and_lexical_key_by_the_same_ref_strings() -> None:
     assert digest_of(again) == digest_of(versions) and again.to_snapshot() == versions.to_snapshot()
     for ref, row in again.rows.items():
         assert row.ref is ref and lexical_refs[ref] is ref and row.agent_id is versions.rows[ref].agent_id
+
+
+def test_snapshots_of_the_previous_layout_still_load() -> None:
+    """Memories and versions snapshots hold rows as lists of named fields (format 2); the
+    previous layout, a dict per row, loads to the same state."""
+    for kind in (MemoriesProjection, VersionsProjection):
+        folded = fold(kind(), EVENTS)
+        body = folded.to_snapshot()
+        assert body["format"] == 2 and all(isinstance(r, list) for r in body["rows"])
+        old = {"rows": row_dicts(folded.rows[k] for k in sorted(folded.rows))}
+        again = kind()
+        again.load_snapshot(orjson.loads(orjson.dumps(old)))
+        assert again.to_snapshot() == body and digest_of(again) == digest_of(folded)
+
+
+def test_a_snapshot_naming_other_fields_is_refused() -> None:
+    for kind in (MemoriesProjection, VersionsProjection):
+        body = fold(kind(), EVENTS).to_snapshot()
+        with pytest.raises(ValueError):
+            kind().load_snapshot({**body, "fields": list(reversed(body["fields"]))})
+        with pytest.raises(ValueError):
+            kind().load_snapshot({**body, "format": 3})
