@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -216,6 +217,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(json.dumps(row), flush=True)
     finally:
         server.stop()
+        shutil.rmtree(data, ignore_errors=True)
     ratios = [r["ratio"] for r in rounds]
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
