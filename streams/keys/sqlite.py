@@ -55,6 +55,8 @@ class SqliteKeyStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._master = AESGCM(master)
         self._lock = threading.Lock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
         self._conn.execute("PRAGMA busy_timeout=60000")
         self._conn.execute("PRAGMA secure_delete=ON")
@@ -93,9 +95,20 @@ class SqliteKeyStore:
 
     # -- the port ---------------------------------------------------------------------------
 
+    def _reader(self) -> sqlite3.Connection:
+        """A connection of this thread's own for reads: WAL lets them run while the writer
+        connection commits (an fsync), so a read never waits behind a write."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=60)
+            conn.execute("PRAGMA busy_timeout=60000")
+            self._local.conn = conn
+            with self._lock:
+                self._readers.append(conn)
+        return conn
+
     def get(self, key_id: bytes) -> bytes | None:
-        with self._lock:
-            row = self._conn.execute("SELECT wrapped FROM keys WHERE key_id=?", (key_id,)).fetchone()
+        row = self._reader().execute("SELECT wrapped FROM keys WHERE key_id=?", (key_id,)).fetchone()
         return None if row is None else _unwrap(self._master, key_id, row[0])
 
     def create(self, agent: str, scope: str, first_offset: int) -> tuple[bytes, bytes]:
@@ -158,8 +171,7 @@ class SqliteKeyStore:
         raise OSError(f"could not checkpoint {self.path} (a reader holds it); the erasure completes at the next start")
 
     def generation(self) -> int:
-        with self._lock:
-            row = self._conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
+        row = self._reader().execute("SELECT value FROM meta WHERE key='generation'").fetchone()
         return int(row[0]) if row else 0
 
     def scopes_of(self, agent: str) -> list[str]:
@@ -219,4 +231,8 @@ class SqliteKeyStore:
 
     def close(self) -> None:
         with self._lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers = []
             self._conn.close()
+        self._local = threading.local()

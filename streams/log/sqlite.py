@@ -23,7 +23,7 @@ from typing import Literal
 
 from memstream.streams.keys.rotation import open_key_store
 from memstream.streams.log.port import LogRecord
-from memstream.streams.log.sealing import Sealer
+from memstream.streams.log.sealing import Sealer, is_sealed
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -184,7 +184,7 @@ class SqliteLog:
     def _opened(self, records: list[LogRecord]) -> list[LogRecord]:
         """Records as their readers see them: sealed ones opened, or redacted once their key is gone."""
         sealer = self.sealer
-        if sealer is None or not records:
+        if sealer is None or not any(is_sealed(r.value) for r in records):
             return records
         sealer.refresh()
         out = []
