@@ -5,6 +5,7 @@ from offset 0 digests equal to the live read models."""
 from __future__ import annotations
 
 import asyncio
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,9 @@ def hits(root: Path, needles: list[bytes]) -> list[str]:
 
 
 def secret_needles(text: str) -> list[bytes]:
-    return [text.encode(), text.split("'")[0].encode(), *vector_forms(text)]
+    """The text, its first words, its vector's forms, and the vector as an export writes it."""
+    f32 = vector_forms(text)[0]
+    return [text.encode(), text.split("'")[0].encode(), *vector_forms(text), base64.b64encode(f32)]
 
 
 async def store(engine: EmbeddedEngine, agent: str, content: str, **extra: Any) -> int:
@@ -58,13 +61,24 @@ def rebuild_equal(settings: Settings) -> dict[str, Any]:
     return report
 
 
+EXPORTS = 0
+
+
 async def reads_of(engine: EmbeddedEngine, agent: str, query: str) -> str:
-    """Everything the read tools answer for the agent, as one string to search."""
+    """Everything the read tools answer for the agent, an export file (with vectors) included,
+    as one string to search. The export stays under the data directory, which ``hits`` scans."""
+    global EXPORTS
+    EXPORTS += 1
+    name = f"{agent}-{EXPORTS}.jsonl"
+    exported = await call(engine, "export_memories", agent_id=agent, output_path=name, include_embeddings=True)
+    assert exported.get("ok") is not False, exported
     answers = [
         await call(engine, "recall", agent_id=agent, query=query),
         await call(engine, "list_memories", agent_id=agent),
-        await call(engine, "export_memories", agent_id=agent),
         await call(engine, "get_profile", agent_id=agent),
+        await call(engine, "reconstruct", agent_id=agent, query=query),
+        await call(engine, "context_packet", agent_id=agent, query=query),
+        (engine.settings.data_dir / "exports" / name).read_text(),
     ]
     return repr(answers)
 
@@ -81,8 +95,9 @@ async def test_erase_memory_leaves_no_plaintext_nor_vector(engine: EmbeddedEngin
     assert out["erased"] == [f"mem:{secret_id}"]
     assert out["keys_destroyed"] >= 1
     assert out["unreachable"] == []
-    assert "Zebulon" not in await reads_of(engine, "alice", "saffron nougat allergy Zebulon")
+    assert "Zebulon" not in await reads_of(engine, "alice", "saffron nougat allergy")
     assert OTHER in await reads_of(engine, "alice", "standup thursday")
+    assert OTHER in (settings.data_dir / "exports" / f"alice-{EXPORTS}.jsonl").read_text()  # the export works
     contents = await call(engine, "get_contents", agent_id="alice", refs=[f"mem:{secret_id}", f"mem:{other_id}"])
     assert "Zebulon" not in repr(contents) and OTHER in repr(contents)
     history = await call(engine, "history", ref=f"mem:{secret_id}")
@@ -163,7 +178,7 @@ async def test_erase_agent_data_takes_everything_of_the_agent(engine: EmbeddedEn
     assert out["erased_memories"] == 2 and out["erased_episodes"] == 1 and out["erased_profile"] is True
     needles = [*secret_needles(SECRET), *vector_forms(OTHER), OTHER.encode(), b"Quillbottom", b"Zebulon"]
     assert hits(settings.data_dir, needles) == []
-    text = await reads_of(engine, "frank", "Zebulon nougat")
+    text = await reads_of(engine, "frank", "nougat argued likes")
     assert "Zebulon" not in text and "Quillbottom" not in text
     assert "gardening" in repr(await call(engine, "list_memories", agent_id="grace"))
     assert keep
