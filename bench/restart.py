@@ -1,0 +1,257 @@
+"""Restart from checkpoints: N memories with 384-d vectors, a server started on the filled data
+directory, timed from process start to ``/health`` answering (wall, and the server's own CPU
+seconds), with its RSS then; and, in fresh processes, what each read model's checkpoint and the
+decision state cost to load (seconds) and to hold (bytes, by tracemalloc), per memory.
+
+    python bench/restart.py                          # 100k memories, 3 restarts per variant
+    python bench/restart.py --data /tmp/d100k        # reuse (or keep) a filled directory
+    python bench/restart.py --data /tmp/d100k --before-code /tmp/old --after-code /tmp/new
+
+Two variants alternate in one run, so load on the machine falls on both alike. ``before``:
+with ``--before-code`` (a directory holding another checkout's ``memstream`` package, e.g.
+symlinks ``memstream/{api,projections,streams}`` into a worktree of the previous commit), that
+code on a copy of the data directory; without, this code with the lexical checkpoint rewritten
+as version 2 (texts only: the load analyses every text again). ``current``: this code (or
+``--after-code``) on the checkpoints as the server leaves them. The fill is rebuild_speed.py's
+(WordNet definitions with MiniLM vectors, straight through the embedded command bus).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tracemalloc
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+MEMSTREAM = str(Path(sys.executable).with_name("memstream"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def clean_env(code: Path | None = None) -> dict[str, str]:
+    """The environment without MEMSTREAM_ settings; with ``code``, memstream imported from there
+    (a directory holding a ``memstream`` package: another checkout's, for a before/after)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    return env
+
+
+def status_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used: on a loaded machine, the start's own cost."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def as_lexical_v2(data: Path) -> None:
+    """Rewrite the lexical checkpoint as version 2 (rows only) and drop its sidecars."""
+    from memstream.streams.snapshots import SnapshotStore
+
+    store = SnapshotStore(data / "snapshots")
+    body = store.load("lexical")
+    if body is None:
+        raise SystemExit(f"no lexical checkpoint in {data}")
+    state = body["state"]
+    store.save("lexical", {"offset": body["offset"], "state": {"version": 2, "agents": state["agents"]}})
+    for name in store.blob_names("lexical-"):
+        store.drop_blob(name)
+
+
+def restart(data: Path, code: Path | None) -> dict[str, Any]:
+    """Start ``memstream serve`` on ``data``: seconds until /health answers 200, RSS then."""
+    port = free_port()
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [MEMSTREAM, "serve", "--data-dir", str(data), "--port", str(port)],
+        env=clean_env(code),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"memstream serve exited with {proc.returncode}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.02)
+        seconds = time.perf_counter() - started
+        return {
+            "health_s": round(seconds, 2),
+            "cpu_s": round(cpu_s(proc.pid), 2),
+            "rss_mb": status_kb(proc.pid, "VmRSS") // 1024,
+            "peak_rss_mb": status_kb(proc.pid, "VmHWM") // 1024,
+        }
+    finally:
+        proc.send_signal(signal.SIGTERM)  # a clean stop writes the checkpoints again
+        proc.wait(timeout=300)
+
+
+def components(data: Path, trace: bool) -> dict[str, Any]:
+    """In this (fresh) process: each read model's checkpoint load, and the decision state's:
+    wall and CPU seconds, or (``trace``) the bytes it holds after loading (tracemalloc: Python
+    objects and numpy arrays; tracing slows the loads, so the times come from a run without)."""
+    from memstream.api.services.settings import Settings
+    from memstream.projections import catalog
+    from memstream.streams.buses.embedded import EmbeddedCommandBus
+    from memstream.streams.log.sqlite import SqliteLog
+    from memstream.streams.snapshots import SnapshotStore
+
+    settings = Settings(data_dir=data)
+    store = SnapshotStore(settings.snapshot_dir)
+    out: dict[str, Any] = {}
+    held: list[Any] = []
+
+    def measure(name: str, load: Any) -> None:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0] if trace else 0
+        wall, cpu = time.perf_counter(), time.process_time()
+        held.append(load())
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        gc.collect()
+        if trace:
+            out[name] = {"bytes": tracemalloc.get_traced_memory()[0] - before}
+        else:
+            out[name] = {"load_s": round(wall, 3), "cpu_s": round(cpu, 3)}
+
+    def read_model(model: Any) -> Any:
+        body = store.load(model.name)
+        p = model.make(store, settings.read_model_options)
+        if body is not None:
+            p.load_snapshot(body["state"])
+        return p
+
+    def decision() -> Any:
+        log = SqliteLog(settings.log_path, num_partitions=settings.partitions, synchronous=settings.sync)
+        bus = EmbeddedCommandBus(log, snapshots=store, snapshot_every=settings.snapshot_every)
+        asyncio.run(bus.start())
+        return bus
+
+    if trace:
+        tracemalloc.start()
+    for model in catalog.CATALOG:
+        measure(model.name, lambda m=model: read_model(m))
+    measure("decision", decision)
+    if trace:
+        tracemalloc.stop()
+    out["rss_mb"] = status_kb(os.getpid(), "VmRSS") // 1024
+    return out
+
+
+def child(data: Path, mode: str, code: Path | None) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, __file__, mode, str(data)], check=True, capture_output=True, text=True, env=clean_env(code)
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--memories", type=int, default=100_000)
+    ap.add_argument("--data", type=Path, default=None, help="a filled data directory (filled here if empty)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument(
+        "--before-code",
+        type=Path,
+        default=None,
+        help="a directory holding the previous release's `memstream` package: the before variant runs"
+        " it on a copy of the data directory (default: this code, with the lexical checkpoint as version 2)",
+    )
+    ap.add_argument(
+        "--after-code", type=Path, default=None, help="the same for the current variant (default: this code)"
+    )
+    ap.add_argument("--times", type=Path, default=None, help=argparse.SUPPRESS)  # the children's modes
+    ap.add_argument("--bytes", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "restart.json")
+    args = ap.parse_args(argv)
+    for k in [k for k in os.environ if k.startswith("MEMSTREAM_")]:
+        del os.environ[k]
+    if args.times is not None or args.bytes is not None:
+        print(json.dumps(components(args.times or args.bytes, trace=args.bytes is not None)))
+        return 0
+    import rebuild_speed
+    from rebuild_speed import recall_latency
+
+    data = args.data or Path(f"/tmp/ms-restart-{args.memories}")
+    report: dict[str, Any] = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python bench/restart.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "load_start": os.getloadavg()},
+        "memories": args.memories,
+    }
+    if not (data / "log.sqlite3").exists():
+        from memstream.api.services.settings import Settings
+
+        workload = recall_latency.Workload(1)
+        texts, vecs = workload.corpus(args.memories)
+        report["fill"] = asyncio.run(recall_latency.fill(data, texts, vecs, workload.model_id))
+        report["checkpoint_s"] = round(asyncio.run(rebuild_speed.checkpoint(Settings(data_dir=data))), 2)
+    report["data_dir_mb"] = round(sum(p.stat().st_size for p in data.rglob("*") if p.is_file()) / 2**20)
+    # (name, data directory, code): the previous code on a copy of the data, or this code with
+    # the lexical checkpoint rewritten as version 2 before each start.
+    before_data = data.with_name(data.name + "-before") if args.before_code else data
+    if args.before_code and not before_data.exists():
+        shutil.copytree(data, before_data)
+    variants = [("before", before_data, args.before_code), ("current", data, args.after_code)]
+    for variant, vdata, code in variants:  # a first start leaves checkpoints in the variant's own format
+        recall_latency.log(f"warm-up start of {variant}: {json.dumps(restart(vdata, code))}")
+    runs: list[dict[str, Any]] = []
+    for i in range(args.runs):
+        for variant, vdata, code in variants:
+            if variant == "before" and args.before_code is None:
+                as_lexical_v2(vdata)
+            got = {"variant": variant, "run": i, "load": round(os.getloadavg()[0], 2), **restart(vdata, code)}
+            recall_latency.log(json.dumps(got))
+            runs.append(got)
+    report["restarts"] = runs
+    report["before"] = str(args.before_code) if args.before_code else "this code, lexical checkpoint as version 2"
+    n = args.memories
+    for variant, vdata, code in variants:
+        times, sizes = child(vdata, "--times", code), child(vdata, "--bytes", code)
+        comp: dict[str, Any] = {"rss_mb_after_loading": times.pop("rss_mb"), "rss_mb_traced": sizes.pop("rss_mb")}
+        for name, t in times.items():
+            b = sizes[name]["bytes"]
+            comp[name] = {**t, "bytes": b, "bytes_per_memory": round(b / n)}
+        comp["total_bytes_per_memory"] = round(sum(sizes[k]["bytes"] for k in times) / n)
+        report[f"components_{variant}"] = comp
+        mine = [r for r in runs if r["variant"] == variant]
+        for key in ("health_s", "cpu_s", "rss_mb"):
+            report[f"median_{key}_{variant}"] = sorted(r[key] for r in mine)[len(mine) // 2]
+    report["machine"]["load_end"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "restarts"}, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
