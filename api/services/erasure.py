@@ -147,7 +147,7 @@ def destroy_keys(log_: SqliteLog, offset: int, ev: dict[str, Any]) -> int:
         return 0
     agent = ev["scope"]["agent_id"]
     scopes = ev["payload"]["scopes"]
-    gone = sealer.keys.destroy(agent, scopes, offset)
+    gone = sealer.keys.destroy_ids(log_.key_ids(agent, scopes, offset))
     sealer.forget(agent, scopes)
     return gone
 

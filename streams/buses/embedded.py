@@ -259,7 +259,9 @@ class EmbeddedCommandBus:
                 except Exception as exc:  # a bug in one decider must not sink the batch
                     log.exception("decider failed")
                     results.append(exc)
-            event_rows, audit_rows = self._sealed(events, audits)
+            event_rows, audit_rows, bindings = self._sealed(events, audits)
+            if bindings:
+                conn.executemany("INSERT INTO key_scopes VALUES (?,?,?,?)", bindings)
             if event_rows:
                 conn.executemany(
                     'INSERT INTO events("offset", partition, agent, type, value, vector) VALUES (?,?,?,?,?,?)',
@@ -292,9 +294,13 @@ class EmbeddedCommandBus:
 
     def _sealed(
         self, events: list[NewEvent], audits: list[NewAudit]
-    ) -> tuple[list[tuple[int, int, str, str, bytes, bytes | None]], list[tuple[int, int, str, str, int, bytes]]]:
-        """The rows to insert, sealed; the keys they use are made durable first (a key must
-        never be missing for an event the log holds)."""
+    ) -> tuple[
+        list[tuple[int, int, str, str, bytes, bytes | None]],
+        list[tuple[int, int, str, str, int, bytes]],
+        list[tuple[bytes, str, str, int]],
+    ]:
+        """The rows to insert, sealed, and which new key seals what (committed with them; the
+        keys themselves are durable in the key store before they are handed out)."""
         sealer = self.log.sealer
         event_rows = []
         for e in events:
@@ -311,9 +317,7 @@ class EmbeddedCommandBus:
                 # Keys are ordered by event offsets: an audit record's comes after the event it followed.
                 value = sealer.seal_audit(a.after_event + 1, decode(a.value)) or value
             audit_rows.append((a.offset, a.partition, a.agent, a.kind, a.after_event, value))
-        if sealer is not None:
-            sealer.keys.flush()
-        return event_rows, audit_rows
+        return event_rows, audit_rows, sealer.take_bindings() if sealer is not None else []
 
     def _save_snapshot(self) -> None:
         assert self.state is not None and self.snapshots is not None

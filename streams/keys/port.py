@@ -2,7 +2,8 @@
 
 Scopes name what a key seals: ``mem:<id>``, ``ep:<id>`` (one record) or ``agent`` (the
 agent-wide data: profile, associations, audit copies). Several keys may share a scope (a new
-one after an erasure, or two processes racing to create it); a sealed value names its key by id.
+one after an erasure, or two processes racing to create it); a sealed value names its key by
+id. The store holds key material only; the log holds which key seals what (its ``key_scopes``).
 """
 
 from __future__ import annotations
@@ -19,20 +20,15 @@ class KeyStore(Protocol):
         """The unwrapped data key, or None once destroyed (or never made here)."""
         ...
 
-    def create(self, agent: str, scope: str, first_offset: int) -> tuple[bytes, bytes]:
-        """A new (key id, data key), kept pending until ``flush``: a key must be durable before
-        any event it sealed is, so the bus flushes before it commits the log."""
+    def take(self) -> tuple[bytes, bytes]:
+        """A new (key id, data key), already durable in the store. Which record or agent it
+        seals is recorded by the log, in the same transaction as the first event it seals
+        (``SqliteLog.key_ids``): no extra commit per write."""
         ...
 
-    def flush(self) -> None: ...
-
-    def discard_pending(self) -> None:
-        """Forget keys made since the last flush (their events were never appended)."""
-        ...
-
-    def destroy(self, agent: str, scopes: Sequence[str] | None, before_offset: int) -> int:
-        """Destroy the agent's keys of ``scopes`` (None: all of the agent's) first used before
-        ``before_offset``, so no byte of them stays in the store's files. Returns how many went."""
+    def destroy_ids(self, key_ids: Sequence[bytes]) -> int:
+        """Destroy these keys so that no byte of them stays in the store's files. Returns how
+        many were there."""
         ...
 
     def generation(self) -> int:

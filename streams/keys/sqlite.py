@@ -8,6 +8,7 @@ after each destruction moves the zeroed pages into the main file and empties the
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sqlite3
 import threading
@@ -35,6 +36,7 @@ CREATE INDEX IF NOT EXISTS keys_by_scope ON keys(agent, scope);
 NONCE = 12
 CHECK_PLAIN = b"memstream master key check"
 CHECKPOINT_TRIES = 50
+POOL = 256
 
 
 def _wrap(master: AESGCM, key_id: bytes, dek: bytes) -> bytes:
@@ -62,7 +64,7 @@ class SqliteKeyStore:
         self._conn.execute("PRAGMA secure_delete=ON")
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
-        self._pending: list[tuple[bytes, str, str, int, bytes]] = []
+        self._pool: list[tuple[bytes, bytes]] = []  # durable keys this process has not handed out
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -111,45 +113,38 @@ class SqliteKeyStore:
         row = self._reader().execute("SELECT wrapped FROM keys WHERE key_id=?", (key_id,)).fetchone()
         return None if row is None else _unwrap(self._master, key_id, row[0])
 
-    def create(self, agent: str, scope: str, first_offset: int) -> tuple[bytes, bytes]:
-        key_id = secrets.token_bytes(KEY_ID_BYTES)
-        dek = AESGCM.generate_key(bit_length=DEK_BYTES * 8)
-        self._pending.append((key_id, agent, scope, first_offset, _wrap(self._master, key_id, dek)))
-        return key_id, dek
+    def take(self) -> tuple[bytes, bytes]:
+        with self._lock:
+            if not self._pool:
+                self._refill()
+            return self._pool.pop()
 
-    def flush(self) -> None:
-        if not self._pending:
-            return
-        rows, self._pending = self._pending, []
+    def _refill(self) -> None:
+        """Make POOL keys in one transaction: one fsync buys that many writes' keys."""
+        fresh = [
+            (secrets.token_bytes(KEY_ID_BYTES), AESGCM.generate_key(bit_length=DEK_BYTES * 8)) for _ in range(POOL)
+        ]
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.executemany(
+                "INSERT INTO keys VALUES (?,?,?,?,?)",
+                [(key_id, "", "", -1, _wrap(self._master, key_id, dek)) for key_id, dek in fresh],
+            )
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._pool = fresh
+
+    def destroy_ids(self, key_ids: Sequence[bytes]) -> int:
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                self._conn.executemany("INSERT INTO keys VALUES (?,?,?,?,?)", rows)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-
-    def discard_pending(self) -> None:
-        self._pending = []
-
-    def destroy(self, agent: str, scopes: Sequence[str] | None, before_offset: int) -> int:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                if scopes is None:
-                    cur = self._conn.execute(
-                        "DELETE FROM keys WHERE agent=? AND first_offset < ?", (agent, before_offset)
-                    )
-                    gone = cur.rowcount
-                else:
-                    gone = 0
-                    for scope in scopes:
-                        cur = self._conn.execute(
-                            "DELETE FROM keys WHERE agent=? AND scope=? AND first_offset < ?",
-                            (agent, scope, before_offset),
-                        )
-                        gone += cur.rowcount
+                gone = 0
+                for i in range(0, len(key_ids), 500):
+                    chunk = list(key_ids[i : i + 500])
+                    marks = ",".join("?" * len(chunk))
+                    gone += self._conn.execute(f"DELETE FROM keys WHERE key_id IN ({marks})", chunk).rowcount
                 self._conn.execute(
                     "UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key='generation'"
                 )
@@ -173,10 +168,6 @@ class SqliteKeyStore:
     def generation(self) -> int:
         row = self._reader().execute("SELECT value FROM meta WHERE key='generation'").fetchone()
         return int(row[0]) if row else 0
-
-    def scopes_of(self, agent: str) -> list[str]:
-        with self._lock:
-            return [r[0] for r in self._conn.execute("SELECT DISTINCT scope FROM keys WHERE agent=?", (agent,))]
 
     def erased_through(self) -> tuple[int, int]:
         with self._lock:
@@ -231,6 +222,13 @@ class SqliteKeyStore:
 
     def close(self) -> None:
         with self._lock:
+            if self._pool:  # never handed out: nothing was sealed with them
+                unused = [key_id for key_id, _ in self._pool]
+                self._pool = []
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    self._conn.executemany("DELETE FROM keys WHERE key_id=?", [(k,) for k in unused])
+                    self._conn.execute("COMMIT")
             for conn in self._readers:
                 conn.close()
             self._readers = []

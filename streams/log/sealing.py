@@ -90,6 +90,7 @@ class Sealer:
         self.seal_new = seal_new
         self._current: dict[tuple[str, str], tuple[bytes, AESGCM]] = {}
         self._open: dict[bytes, AESGCM | None] = {}
+        self._bindings: list[tuple[bytes, str, str, int]] = []
         self._generation = keys.generation()
         self._lock = threading.Lock()
 
@@ -98,10 +99,18 @@ class Sealer:
     def _key_for(self, agent: str, scope: str, offset: int) -> tuple[bytes, AESGCM]:
         hit = self._current.get((agent, scope))
         if hit is None:
-            key_id, dek = self.keys.create(agent, scope, offset)
+            key_id, dek = self.keys.take()
             hit = self._current[(agent, scope)] = (key_id, AESGCM(dek))
             self._open[key_id] = hit[1]
+            self._bindings.append((key_id, agent, scope, offset))
         return hit
+
+    def take_bindings(self) -> list[tuple[bytes, str, str, int]]:
+        """(key id, agent, scope, first offset) of the keys first used since the last call: the
+        bus writes them into the log in the transaction that appends their first events."""
+        with self._lock:
+            out, self._bindings = self._bindings, []
+        return out
 
     def seal_event(self, offset: int, ev: dict[str, Any], vector: bytes | None) -> tuple[bytes, bytes | None] | None:
         """The sealed (value, vector) of a decoded event about to be appended at ``offset``;
@@ -158,7 +167,7 @@ class Sealer:
         with self._lock:
             self._current.clear()
             self._open.clear()
-        self.keys.discard_pending()
+            self._bindings = []
 
     # -- reading ----------------------------------------------------------------------------
 

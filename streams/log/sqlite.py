@@ -45,6 +45,13 @@ CREATE TABLE IF NOT EXISTS audit(
     value BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_by_agent ON audit(agent, kind, "offset");
+CREATE TABLE IF NOT EXISTS key_scopes(
+    key_id BLOB PRIMARY KEY,
+    agent TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    first_offset INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS key_scopes_by_agent ON key_scopes(agent, scope);
 """
 
 DEFAULT_PARTITIONS = 16
@@ -232,6 +239,18 @@ class SqliteLog:
         sql += ' ORDER BY "offset" LIMIT ?'
         args.append(limit)
         return self._opened([LogRecord(*row) for row in self.connection().execute(sql, args)])
+
+    def key_ids(self, agent: str, scopes: Sequence[str] | None, before_offset: int) -> list[bytes]:
+        """The keys that seal the agent's data of ``scopes`` (None: all of it), first used
+        before ``before_offset`` (an erasure's: the agent's later writes have new keys)."""
+        conn = self.connection()
+        sql = "SELECT key_id FROM key_scopes WHERE agent = ? AND first_offset < ?"
+        if scopes is None:
+            return [r[0] for r in conn.execute(sql, (agent, before_offset))]
+        out: list[bytes] = []
+        for scope in scopes:
+            out.extend(r[0] for r in conn.execute(sql + " AND scope = ?", (agent, before_offset, scope)))
+        return out
 
     def close(self) -> None:
         with self._lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import orjson
 import pytest
 
 from memstream.streams.keys.master import MasterKeyError, parse_master_key, resolve_master_key
-from memstream.streams.keys.sqlite import SqliteKeyStore
+from memstream.streams.keys.sqlite import POOL, SqliteKeyStore
 from memstream.streams.log.sealing import Sealer
 from tests.unit.test_sealing import VECTOR, event
 
@@ -22,19 +23,15 @@ MASTER = bytes(range(32))
 def sealed(sealer: Sealer, ev: dict[str, Any], offset: int = 0) -> tuple[bytes, bytes | None]:
     out = sealer.seal_event(offset, ev, VECTOR)
     assert out is not None
-    sealer.keys.flush()
     return out
 
 
 def test_destroyed_key_bytes_leave_the_key_store_files(tmp_path: Path) -> None:
     keys = SqliteKeyStore(tmp_path / "keys.db", MASTER)
-    wrapped = []
-    for i in range(50):
-        keys.create("a", f"mem:{i}", i)
-    pending = list(keys._pending)  # the wrapped bytes about to be stored
-    keys.flush()
-    wrapped = [row[4] for row in pending]
-    keys.destroy("a", None, before_offset=100)
+    taken = [keys.take()[0] for _ in range(50)]
+    with sqlite3.connect(tmp_path / "keys.db") as db:
+        wrapped = [db.execute("SELECT wrapped FROM keys WHERE key_id=?", (k,)).fetchone()[0] for k in taken]
+    assert keys.destroy_ids(taken) == 50
     for name in ("keys.db", "keys.db-wal"):
         path = tmp_path / name
         data = path.read_bytes() if path.exists() else b""
@@ -69,8 +66,9 @@ def test_rewrap_moves_every_key_to_the_new_master(tmp_path: Path) -> None:
     value, vector = sealed(sealer, event())
     new_master = bytes(reversed(range(32)))
     seen: list[tuple[int, int]] = []
-    assert keys.rewrap(new_master, progress=lambda done, total: seen.append((done, total))) == 1
-    assert seen[-1] == (1, 1)
+    # Every key in the store: the one in use and the rest of the pool it came from.
+    assert keys.rewrap(new_master, progress=lambda done, total: seen.append((done, total))) == POOL
+    assert seen[-1] == (POOL, POOL)
     keys.close()
     with pytest.raises(MasterKeyError):
         SqliteKeyStore(tmp_path / "keys.db", MASTER)

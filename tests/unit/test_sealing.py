@@ -44,8 +44,18 @@ def sealer() -> Sealer:
 def sealed(sealer: Sealer, ev: dict[str, Any], offset: int = 0) -> tuple[bytes, bytes | None]:
     out = sealer.seal_event(offset, ev, VECTOR)
     assert out is not None
-    sealer.keys.flush()
     return out
+
+
+def destroy_where(sealer: Sealer, agent: str, scopes: list[str] | None, before_offset: int) -> int:
+    """What an erasure destroys: the keys the log's bindings name (here the sealer's own)."""
+    bindings = sealer.take_bindings()
+    BINDINGS.extend(bindings)
+    ids = [k for k, a, s, o in BINDINGS if a == agent and o < before_offset and (scopes is None or s in scopes)]
+    return sealer.keys.destroy_ids(ids)
+
+
+BINDINGS: list[tuple[bytes, str, str, int]] = []
 
 
 def test_a_sealed_event_opens_to_what_was_sealed_and_hides_it_at_rest(sealer: Sealer) -> None:
@@ -95,7 +105,7 @@ def test_a_ciphertext_moved_to_another_envelope_is_refused(sealer: Sealer) -> No
 def test_a_destroyed_key_reads_as_the_redacted_envelope(sealer: Sealer) -> None:
     ev = event()
     value, vector = sealed(sealer, ev)
-    assert sealer.keys.destroy("a", ["mem:7"], before_offset=1) == 1
+    assert destroy_where(sealer, "a", ["mem:7"], before_offset=1) == 1
     sealer.refresh()
     opened, opened_vector = sealer.open(value, vector)
     redacted = orjson.loads(opened)
@@ -109,12 +119,10 @@ def test_destroy_spares_keys_first_used_after_the_erasure(sealer: Sealer) -> Non
     """An agent's data written after its erasure (new key, later offset) survives it."""
     old = {**event(), "type": "profile.updated", "payload": {"content": "old profile", "embedding": None}}
     v_old, _ = sealer.seal_event(3, old, None) or (b"", None)
-    sealer.keys.flush()
     sealer.forget("a")  # as the bus does when it appends or folds the erasure (at offset 5)
     new = {**old, "id": "ev9", "payload": {"content": "new profile", "embedding": None}}
     v_new, _ = sealer.seal_event(6, new, None) or (b"", None)
-    sealer.keys.flush()
-    assert sealer.keys.destroy("a", None, before_offset=5) == 1
+    assert destroy_where(sealer, "a", None, before_offset=5) == 1
     sealer.refresh()
     assert orjson.loads(sealer.open(v_old, None)[0])["redacted"] is True
     assert orjson.loads(sealer.open(v_new, None)[0])["payload"]["content"] == "new profile"
@@ -130,9 +138,8 @@ def test_audit_request_copies_are_sealed_under_the_agent_key(sealer: Sealer) -> 
     }
     value = sealer.seal_audit(0, rec)
     assert value is not None and b"refused secret" not in value
-    sealer.keys.flush()
     assert orjson.loads(sealer.open(value, None)[0]) == rec
-    sealer.keys.destroy("a", ["agent"], before_offset=1)
+    destroy_where(sealer, "a", ["agent"], before_offset=1)
     sealer.refresh()
     redacted = orjson.loads(sealer.open(value, None)[0])
     assert redacted["redacted"] is True and redacted["request"] == {} and redacted["outcome"] == rec["outcome"]
