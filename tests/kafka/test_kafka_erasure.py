@@ -1,0 +1,159 @@
+"""Erasure in Kafka mode: the key store in the compacted keys topic (streams/keys/kafka.py).
+
+Shared keys: a key one worker made opens on another; a destruction by one is seen by every
+other (its reads redact, its cached keys drop). The raw-bytes bound: on a broker of the test's
+own (so its log directory is known), a destroyed key's wrapped value leaves every segment file
+of the keys topic within the documented bound (docs/erasure.md, "Kafka mode").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memstream.streams.keys.kafka import KafkaKeyStore, KeyTopicBounds, keys_topic
+from memstream.streams.keys.master import MasterKeyError
+from memstream.streams.log.kafka import KafkaConfig
+from memstream.streams.log.sealing import Sealer
+from tests.support.broker import deployment_config, drop_topics, require_broker
+from tests.support.broker_faults import LocalBroker
+
+pytestmark = [pytest.mark.kafka]
+
+MASTER = bytes(range(32))
+# Test-sized cleaning: the bound is these plus the broker's cleaner backoff (15 s by default).
+FAST = KeyTopicBounds(
+    segment_ms=1_000, max_compaction_lag_ms=1_000, delete_retention_ms=1_000, file_delete_delay_ms=500, filler_ms=500
+)
+CLEANER_BACKOFF_MS = 15_000  # the broker's log.cleaner.backoff.ms (not set by kafka-local.sh)
+
+
+@pytest.fixture
+def shared_cfg() -> Iterator[KafkaConfig]:
+    asyncio.run(require_broker())
+    cfg = deployment_config(2)
+    try:
+        yield cfg
+    finally:
+        asyncio.run(drop_topics(cfg.prefix))
+
+
+def test_workers_share_keys_and_see_each_others_destructions(shared_cfg: KafkaConfig) -> None:
+    a = KafkaKeyStore(shared_cfg, MASTER)
+    b = KafkaKeyStore(shared_cfg, MASTER)
+    try:
+        key_id, dek = a.take()
+        assert b.get(key_id) == dek  # made on one worker, opened on another (read on demand)
+        sealer = Sealer(b.for_partition(1))
+        value, vector = sealer.seal_event(
+            0,
+            {
+                "id": "e1",
+                "type": "memory.stored",
+                "scope": {"agent_id": "ag"},
+                "payload": {"id": 7, "kind": "mem", "content": "the heron nests by the weir"},
+            },
+            b"\x01\x02\x03\x04",
+        ) or (b"", None)
+        assert b"heron" not in value
+        opened, opened_vector = Sealer(a.for_partition(1)).open(value, vector)
+        assert b"heron" in opened and opened_vector == b"\x01\x02\x03\x04"
+        sealing_id = value[4:20]
+        before = a.generation()
+        assert a.destroy_ids([key_id, sealing_id]) == 2
+        assert a.get(key_id) is None and a.get(sealing_id) is None
+        deadline = time.monotonic() + 20
+        while b.generation() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert a.generation() > before and b.generation() > 0
+        redacted, no_vector = Sealer(b.for_partition(1)).open(value, vector)
+        assert b"heron" not in redacted and b'"redacted":true' in redacted and no_vector is None
+        # Erasure progress is per partition of the events topic, and survives the process.
+        b.for_partition(1).mark_erased(41)
+        assert b.for_partition(1).erased_through() == (41, 41)
+        assert b.for_partition(0).erased_through() == (-1, -1)
+    finally:
+        a.close()
+        b.close()
+    c = KafkaKeyStore(shared_cfg, MASTER)
+    try:
+        assert c.for_partition(1).erased_through() == (41, 41)
+        assert c.get(key_id) is None  # a store started after the tombstone never sees the key
+    finally:
+        c.close()
+
+
+def test_another_master_key_is_refused(shared_cfg: KafkaConfig) -> None:
+    KafkaKeyStore(shared_cfg, MASTER).close()
+    with pytest.raises(MasterKeyError, match="does not open the keys topic"):
+        KafkaKeyStore(shared_cfg, bytes(32))
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalBroker, Path]]:
+    asyncio.run(require_broker())  # no broker here: the rest of the Kafka suite is skipped too
+    data = tmp_path_factory.mktemp("kafka-erasure")
+    b = LocalBroker(data)
+    b.start()
+    try:
+        yield b, data / "kraft-logs"
+    finally:
+        b.purge()
+
+
+def _hits(log_dir: Path, topic: str, needle: bytes) -> list[str]:
+    out = []
+    for d in log_dir.glob(f"{topic}-*"):
+        for f in d.iterdir():
+            if f.is_file() and needle in f.read_bytes():
+                out.append(f.name)
+    return out
+
+
+@pytest.mark.slow
+def test_a_destroyed_key_leaves_the_brokers_files_within_the_bound(own_broker: tuple[LocalBroker, Path]) -> None:
+    broker, log_dir = own_broker
+    cfg = broker.config("erasure-bound", 2)
+    store = KafkaKeyStore(cfg, MASTER, FAST)
+    try:
+        key_id, _ = store.take()
+        kept_id, _ = store.take()
+        wrapped = store._wrapped[key_id]
+        kept = store._wrapped[kept_id]
+        topic = keys_topic(cfg)
+        deadline = time.monotonic() + 30
+        while not _hits(log_dir, topic, wrapped) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the broker writes to its page cache: the file shows it at once
+        assert _hits(log_dir, topic, wrapped), "the wrapped key never reached a segment file"
+        store.destroy_ids([key_id])
+        destroyed_at = time.monotonic()
+        bound_s = FAST.bound_ms(CLEANER_BACKOFF_MS) / 1000
+        while _hits(log_dir, topic, wrapped) and time.monotonic() - destroyed_at < bound_s + 10:
+            time.sleep(0.2)
+        took = time.monotonic() - destroyed_at
+        assert not _hits(log_dir, topic, wrapped), f"the destroyed key is still in {_hits(log_dir, topic, wrapped)}"
+        print(f"destroyed key left the segment files {took:.1f} s after its tombstone (bound {bound_s:.1f} s)")
+        # Cleaning drops only what a tombstone covers: a live key survives, and still opens.
+        assert _hits(log_dir, topic, kept)
+    finally:
+        store.close()
+    again = KafkaKeyStore(cfg, MASTER, FAST)
+    try:
+        assert again.get(key_id) is None and again.get(kept_id) is not None
+    finally:
+        again.close()
+
+
+def test_the_bounds_are_configurable_and_bad_values_refused() -> None:
+    bounds = KeyTopicBounds.from_env({"MEMSTREAM_KAFKA_KEYS_SEGMENT_MS": "5000", "MEMSTREAM_KAFKA_KEYS_FILLER_MS": ""})
+    assert bounds.segment_ms == 5_000 and bounds.filler_ms == KeyTopicBounds().filler_ms
+    assert bounds.topic_configs()["segment.ms"] == "5000"
+    assert bounds.bound_ms(15_000) == 5_000 + 30_000 + 60_000 + 15_000 + 1_000
+    with pytest.raises(ValueError, match="MEMSTREAM_KAFKA_KEYS_MAX_COMPACTION_LAG_MS='soon' is not a whole number"):
+        KeyTopicBounds.from_env({"MEMSTREAM_KAFKA_KEYS_MAX_COMPACTION_LAG_MS": "soon"})
+    with pytest.raises(ValueError, match="at least 1"):
+        KeyTopicBounds.from_env({"MEMSTREAM_KAFKA_KEYS_SEGMENT_MS": "0"})
