@@ -12,24 +12,30 @@ Development split only (``../shared/eval/locomo-dev``); see docs/eval.md, "LoCoM
     python bench/locomo_dev.py                     # every variant, recall@10 / NDCG@10 per category
     python bench/locomo_dev.py --only base,product-f20-0.25
     python bench/locomo_dev.py --oracle            # evidence within the top 10 / 20 / 50 of either list
+    python bench/locomo_dev.py --cv                # lexical weight and power chosen leave-one-conversation-out
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import json
+import math
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from eval_recall import REPO, Dataset, K, load_dataset, ndcg_at_k, recall_at_k
+from eval_recall import AGENT, REPO, Dataset, K, assign_halves, load_dataset, ndcg_at_k, recall_at_k
 
 from memstream.api.query.recall import fusion
 from memstream.api.query.recall.gate import GateConfig, apply_gate
 from memstream.api.query.recall.neighbours import neighbour_scores, reorder
 from memstream.api.services.embedding import load_local_embedder
 from memstream.projections.lexical import LexicalProjection
+from memstream.projections.lexical.text import normalize, query_tokens, stem
 from memstream.projections.scope import ScopeFilter
 
 LOCOMO_DEV = REPO.parent / "shared" / "eval" / "locomo-dev"
@@ -43,19 +49,20 @@ class Agent:
     doc_ids: list[str]
     vectors: np.ndarray
     lexical: LexicalProjection
+    texts: list[str]  # the turns' stored content, in doc_ids order
 
 
 def build(ds: Dataset, embedder: str | None) -> dict[str, Agent]:
     emb = load_local_embedder(embedder)
     agents: dict[str, Agent] = {}
-    for name in dict.fromkeys(ds.agent_of[d] for d in ds.docs):
-        ids = [d for d in ds.docs if ds.agent_of[d] == name]
+    for name in dict.fromkeys(ds.agent_of.get(d, AGENT) for d in ds.docs):
+        ids = [d for d in ds.docs if ds.agent_of.get(d, AGENT) == name]
         vecs = emb.embed([ds.docs[d] for d in ids])
         lex = LexicalProjection()
         for i, d in enumerate(ids):
             scope = {"agent_id": name, "project_id": "", "channel": ""}
             lex.apply(i, {"type": "memory.stored", "scope": scope, "payload": {"id": i + 1, "content": ds.docs[d]}})
-        agents[name] = Agent(name, ids, vecs, lex)
+        agents[name] = Agent(name, ids, vecs, lex, [ds.docs[d] for d in ids])
     return agents
 
 
@@ -68,19 +75,31 @@ class Lists:
     lexical: Ranked
     shares: dict[str, float]
     cos: np.ndarray  # the query's cosine to every turn of its agent
+    text: str = ""  # the question
+    qvec: np.ndarray | None = None  # its embedding
 
 
-def retrieve(ag: Agent, qvec: np.ndarray, text: str, depth: int) -> Lists:
-    scope = ScopeFilter(ag.name)
+def vector_list(ag: Agent, qvec: np.ndarray, depth: int) -> tuple[Ranked, np.ndarray]:
     sims = ag.vectors @ qvec
     top = np.argsort(-sims, kind="stable")[:depth]
-    vector = [(f"mem:{j + 1}", float(sims[j])) for j in top]
+    return [(f"mem:{j + 1}", float(sims[j])) for j in top], sims
+
+
+def lexical_list(ag: Agent, text: str, depth: int) -> tuple[Ranked, dict[str, float]]:
+    """BM25's rows, then keyword rows it missed, and every row's IDF share (as recall does)."""
+    scope = ScopeFilter(ag.name)
     bm25 = ag.lexical.search_shares(scope, text, depth)
     keyword = ag.lexical.keyword_shares(scope, text, depth)
     seen = {r for r, _, _ in bm25}
     fill = [(r, s) for r, s, _ in keyword if r not in seen][: max(0, depth - len(bm25))]
     shares = {r: sh for r, _, sh in keyword} | {r: sh for r, _, sh in bm25}
-    return Lists(vector, [(r, s) for r, s, _ in bm25] + fill, shares, sims)
+    return [(r, s) for r, s, _ in bm25] + fill, shares
+
+
+def retrieve(ag: Agent, qvec: np.ndarray, text: str, depth: int) -> Lists:
+    vector, sims = vector_list(ag, qvec, depth)
+    lexical, shares = lexical_list(ag, text, depth)
+    return Lists(vector, lexical, shares, sims, text, qvec)
 
 
 def fuse_default(lists: Lists, limit: int = K) -> list[fusion.Candidate]:
@@ -199,6 +218,141 @@ def fused_neighbours(weight: float, fused_weight: float, fetch: int = 2 * K) -> 
     return run
 
 
+# -- second pass (2026-12-01): query-side variants measured against the kept default ---------
+
+
+def fuse_named(
+    named: dict[str, tuple[Ranked, dict[str, float]]],
+    weight: float = 0.25,
+    fetch: int = 2 * K,
+    keep: int = K,
+    weights: dict[str, float] | None = None,
+) -> list[fusion.Candidate]:
+    """``product_candidates`` for any number of lists (name -> (ranked, evidence)): each is
+    cut at ``fetch``, reordered by adjacent-turn evidence, cut at ``keep`` and fused."""
+    refs = {r for ranked, _ in named.values() for r, _ in ranked[:fetch]}
+
+    def near(ref: str) -> tuple[str | None, str | None]:
+        p = int(ref.split(":")[1])
+        prev, nxt = f"mem:{p - 1}", f"mem:{p + 1}"
+        return (prev if prev in refs else None, nxt if nxt in refs else None)
+
+    adjacency = {r: near(r) for r in refs}
+    lists: dict[str, Ranked] = {}
+    evidence: dict[str, dict[str, float]] = {}
+    for name, (ranked, ev) in named.items():
+        cut = ranked[:fetch]
+        own = {r: ev.get(r, 0.0) for r, _ in cut}
+        cut, own = reorder(cut, own, adjacency, weight) if weight > 0 else (cut, own)
+        lists[name], evidence[name] = cut[:keep], own
+    return fusion.rrf({n: r for n, r in lists.items() if r}, weights=weights, evidence=evidence)
+
+
+def shared_power(shares: dict[str, float], ranked: Ranked, power: float) -> dict[str, float]:
+    return {r: min(1.0, max(0.0, shares.get(r, 0.0))) ** power for r, _ in ranked}
+
+
+def default_named(lists: Lists, power: float = 2.0) -> dict[str, tuple[Ranked, dict[str, float]]]:
+    return {
+        "vector": (lists.vector, fusion.vector_evidence(lists.vector[: 2 * K])),
+        "lexical": (lists.lexical, shared_power(lists.shares, lists.lexical[: 2 * K], power)),
+    }
+
+
+def weighted(power: float, lexical_weight: float, fetch: int = 2 * K, keep: int = K) -> Variant:
+    """The kept default with another lexical evidence power and lexical weight, or list depths."""
+
+    def run(ag: Agent, lists: Lists) -> list[str]:
+        named = {
+            "vector": (lists.vector, fusion.vector_evidence(lists.vector[:fetch])),
+            "lexical": (lists.lexical, shared_power(lists.shares, lists.lexical[:fetch], power)),
+        }
+        cands = fuse_named(named, fetch=fetch, keep=keep, weights={"lexical": lexical_weight})
+        return gated(cands, len(ag.doc_ids))
+
+    return run
+
+
+def vector_feedback(top: int, beta: float, add: bool) -> Variant:
+    """Rocchio: a second vector search with the query moved toward the mean vector of the first
+    answer's ``top`` rows, either replacing the vector list or fused as a third list."""
+
+    def run(ag: Agent, lists: Lists) -> list[str]:
+        assert lists.qvec is not None
+        named = default_named(lists)
+        first = gated(fuse_named(named), len(ag.doc_ids))[:top]
+        centroid = np.mean([ag.vectors[int(r.split(":")[1]) - 1] for r in first], axis=0)
+        moved = lists.qvec + beta * centroid
+        second, _ = vector_list(ag, moved / np.linalg.norm(moved), 2 * K)
+        named["vector2" if add else "vector"] = (second, fusion.vector_evidence(second))
+        return gated(fuse_named(named), len(ag.doc_ids))
+
+    return run
+
+
+_WORD = re.compile(r"[a-z][a-z']+")
+
+
+def feedback_terms(ag: Agent, refs: Sequence[str], query: str, count: int, max_df: float = 0.05) -> list[str]:
+    """The ``count`` words the rows hold that the query does not, by summed IDF over the rows,
+    among words at most ``max_df`` of the agent's rows hold (the session date and the speakers'
+    names, in every turn, never qualify)."""
+    idx = ag.lexical.agents[ag.name]
+    n = len(idx.slot_of)
+    asked = set(query_tokens(query))
+    mass: dict[str, float] = {}
+    surface: dict[str, str] = {}
+    for ref in refs:
+        for word in set(_WORD.findall(normalize(ag.texts[int(ref.split(":")[1]) - 1]))):
+            token = stem(word)
+            df = idx.df.get(token, 0)
+            if token in asked or len(word) < 3 or not df or df / n > max_df:
+                continue
+            mass[token] = mass.get(token, 0.0) + math.log(1 + (n - df + 0.5) / (df + 0.5))
+            surface.setdefault(token, word)
+    return [surface[t] for t in sorted(mass, key=lambda t: (-mass[t], t))[:count]]
+
+
+def lexical_feedback(top: int, terms: int, add: bool) -> Variant:
+    """RM3-like expansion: the first answer's ``top`` rows' most distinctive words appended to
+    the question for a second lexical search, replacing the lexical list or fused as a third."""
+
+    def run(ag: Agent, lists: Lists) -> list[str]:
+        named = default_named(lists)
+        first = gated(fuse_named(named), len(ag.doc_ids))
+        extra = feedback_terms(ag, first[:top], lists.text, terms)
+        if not extra:
+            return first
+        second, shares = lexical_list(ag, lists.text + " " + " ".join(extra), 2 * K)
+        named["lexical2" if add else "lexical"] = (second, shared_power(shares, second, 2.0))
+        return gated(fuse_named(named), len(ag.doc_ids))
+
+    return run
+
+
+_SPEAKER = re.compile(r"^(?:\[[^\]]*\]\s*)?([A-Z][\w'-]*)(?: [A-Z][\w'-]*)?:\s")
+
+
+def speaker_boost(share: float) -> Variant:
+    """Speaker attribution: a turn whose speaker ("Name: text") the question names has its
+    fused value raised by ``share``."""
+
+    def run(ag: Agent, lists: Lists) -> list[str]:
+        named = {w.lower() for w in re.findall(r"\b[A-Z][a-z]+\b", lists.text)}
+        cands = fuse_named(default_named(lists))
+        for c in cands:
+            m = _SPEAKER.match(ag.texts[int(c.ref.split(":")[1]) - 1])
+            if m and m.group(1).lower() in named:
+                c.fused *= 1 + share
+        return gated(fusion.ordered(cands), len(ag.doc_ids))
+
+    return run
+
+
+# The grid ``--cv`` chooses from: (lexical evidence power, lexical weight); (2, 1.0) is the default.
+CV_GRID = [(p, w) for p in (1.0, 1.5, 2.0) for w in (1.0, 1.25, 1.5, 2.0, 2.5, 3.0)]
+
+
 VARIANTS: dict[str, Variant] = {
     "dense": dense,
     "lexical": lexical,
@@ -212,6 +366,22 @@ VARIANTS: dict[str, Variant] = {
     **{f"product-f{f}-{w}": neighbours(w, fetch=f, product=True) for f in (20, 30) for w in (0.0, 0.1, 0.25, 0.5)},
     # measured, not adopted: the fused value smoothed too
     **{f"fused-0.25-{w}": fused_neighbours(0.25, w) for w in (0.1, 0.25, 0.5)},
+    # second pass, all dropped (docs/eval.md, "Second pass")
+    **{
+        f"vprf-{m}-{b}-{'add' if a else 'replace'}": vector_feedback(m, b, a)
+        for m in (3, 5)
+        for b in (0.5, 1.0)
+        for a in (False, True)
+    },
+    **{
+        f"lprf-{m}-{t}-{'add' if a else 'replace'}": lexical_feedback(m, t, a)
+        for m in (2, 3, 5)
+        for t in (3, 8)
+        for a in (False, True)
+    },
+    **{f"speaker-{s}": speaker_boost(s) for s in (0.1, 0.25, 0.5)},
+    **{f"p{p}-lw{w}": weighted(p, w) for p, w in CV_GRID if (p, w) != (2.0, 1.0)},
+    **{f"f{f}-keep{k}": weighted(2.0, 1.0, f, k) for f, k in ((20, 20), (30, 20), (40, 30))},
 }
 
 
@@ -235,42 +405,175 @@ def oracle(
     return 0
 
 
+Scores = tuple[dict[str, float], dict[str, float], dict[str, float]]  # recall@10, recall@5, NDCG@10
+
+
+def evaluate(fn: Variant, ds: Dataset, agents: dict[str, Agent], lists: dict[str, Lists]) -> Scores:
+    r10, r5, nd = {}, {}, {}
+    for q, ls in lists.items():
+        ag = agents[ds.agent_of.get(q, AGENT)]
+        ranked = [ag.doc_ids[int(r.split(":")[1]) - 1] for r in fn(ag, ls)][:K]
+        r10[q] = recall_at_k(ranked, ds.qrels[q])
+        r5[q] = recall_at_k(ranked, ds.qrels[q], 5)
+        nd[q] = ndcg_at_k(ranked, ds.qrels[q])
+    return r10, r5, nd
+
+
+def paired(a: dict[str, float], b: dict[str, float], qids: Sequence[str]) -> tuple[float, float]:
+    """Mean difference a - b over ``qids`` and 1.96 standard errors of it."""
+    diffs = [a[q] - b[q] for q in qids]
+    return statistics.fmean(diffs), 1.96 * statistics.stdev(diffs) / len(diffs) ** 0.5
+
+
+def cross_validate(
+    ds: Dataset, agents: dict[str, Agent], lists: dict[str, Lists], baseline: Scores
+) -> dict[str, object]:
+    """Leave one conversation out: for each conversation, the (power, weight) of ``CV_GRID``
+    with the best recall@10 + NDCG@10 on the other four, scored on the one left out. The
+    held-out figures, pooled over the five, are what a choice made this way would give on a
+    conversation it never saw."""
+    scored = {pw: evaluate(weighted(*pw), ds, agents, lists) for pw in CV_GRID}
+    convs = sorted({ds.agent_of[q] for q in lists})
+    held: Scores = ({}, {}, {})
+    chosen = {}
+    for conv in convs:
+        train = [q for q in lists if ds.agent_of[q] != conv]
+
+        def fit(pw: tuple[float, float], train: list[str] = train) -> float:
+            return statistics.fmean(scored[pw][0][q] + scored[pw][2][q] for q in train)
+
+        best = max(CV_GRID, key=fit)
+        chosen[conv] = best
+        for q in lists:
+            if ds.agent_of[q] == conv:
+                for i in range(3):
+                    held[i][q] = scored[best][i][q]
+    qids = list(lists)
+    out: dict[str, object] = {"chosen": {c: {"power": p, "lexical_weight": w} for c, (p, w) in chosen.items()}}
+    for i, metric in enumerate(("recall@10", "recall@5", "ndcg@10")):
+        diff, ci = paired(held[i], baseline[i], qids)
+        out[metric] = {
+            "held_out": statistics.fmean(held[i].values()),
+            "default": statistics.fmean(baseline[i].values()),
+            "minus_default": diff,
+            "ci95": ci,
+        }
+    out["grid"] = {
+        f"p={p} w={w}": {
+            "recall@10": statistics.fmean(scored[(p, w)][0].values()),
+            "ndcg@10": statistics.fmean(scored[(p, w)][2].values()),
+        }
+        for p, w in CV_GRID
+    }
+    return out
+
+
+def chosen(only: str | None) -> list[str]:
+    """The variants ``--only`` names (comma list; shell-style patterns such as ``lprf-*``), in
+    ``VARIANTS`` order within each item; every variant without it."""
+    if not only:
+        return list(VARIANTS)
+    out: list[str] = []
+    for item in only.split(","):
+        hits = [n for n in VARIANTS if fnmatch.fnmatchcase(n, item)]
+        if not hits:
+            raise SystemExit(f"no variant matches {item!r}")
+        out += [n for n in hits if n not in out]
+    return out
+
+
+def check_sets(
+    ds: Dataset, agents: dict[str, Agent], lists: dict[str, Lists], args: argparse.Namespace, baseline: Scores
+) -> dict[str, object]:
+    """Per query set of the dev half: each variant's NDCG@10 and its paired difference from the
+    baseline (the rule: a LoCoMo change is kept only if none of these regresses)."""
+    wanted = [w for w in chosen(args.only) if w != args.baseline]
+    sets = {name: [q for q in qs if q in lists] for name, qs in ds.query_sets.items()}
+    print(f"NDCG@10 on the dev half, and minus {args.baseline} (± 1.96·SE)\n")
+    print("| variant | " + " | ".join(sets) + " |")
+    print("|---" * (1 + len(sets)) + "|")
+    base_cells = " | ".join(f"{statistics.fmean(baseline[2][q] for q in qs):.3f}" for qs in sets.values())
+    print(f"| {args.baseline} | {base_cells} |")
+    out: dict[str, object] = {}
+    for name in wanted:
+        nd = evaluate(VARIANTS[name], ds, agents, lists)[2]
+        cells, per = [], {}
+        for set_name, qs in sets.items():
+            mean = statistics.fmean(nd[q] for q in qs)
+            diff, ci = paired(nd, baseline[2], qs)
+            per[set_name] = {"ndcg@10": mean, "minus_baseline": [diff, ci]}
+            cells.append(f"{mean:.3f} ({diff:+.3f} ± {ci:.3f})")
+        out[name] = per
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=LOCOMO_DEV)
     ap.add_argument("--embedder", default=None)
-    ap.add_argument("--only", default=None, help="comma list of variants")
+    ap.add_argument("--only", default=None, help="comma list of variants (patterns allowed)")
+    ap.add_argument("--baseline", default="base", help="the variant the paired differences are taken against")
     ap.add_argument("--oracle", action="store_true", help="how much evidence the top rows of either list hold")
+    ap.add_argument("--cv", action="store_true", help="lexical power and weight chosen leave-one-conversation-out")
+    ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
+    ap.add_argument(
+        "--dev-half",
+        action="store_true",
+        help="a qrels dataset (wn-gcide, agent-notes): its dev half only, per-set NDCG@10 differences",
+    )
     args = ap.parse_args(argv)
     ds = load_dataset(args.data)
+    if args.dev_half:
+        ds = assign_halves(ds)
     agents = build(ds, args.embedder)
     emb = load_local_embedder(args.embedder)
-    qids = [q for qs in ds.query_sets.values() for q in qs]
+    qids = [q for qs in ds.query_sets.values() for q in qs if not args.dev_half or ds.half_of[q] == "dev"]
     texts = {q: t for qs in ds.query_sets.values() for q, t in qs.items()}
     qvecs = dict(zip(qids, emb.embed([texts[q] for q in qids]), strict=True))
-    lists = {q: retrieve(agents[ds.agent_of[q]], qvecs[q], texts[q], 5 * K) for q in qids}
+    lists = {q: retrieve(agents[ds.agent_of.get(q, AGENT)], qvecs[q], texts[q], 5 * K) for q in qids}
     cat_of = {q: name for name, qs in ds.query_sets.items() for q in qs}
     if args.oracle:
         return oracle(ds, agents, qvecs, texts, qids)
-    wanted = args.only.split(",") if args.only else list(VARIANTS)
-    print("| variant | R@10 | R@5 | NDCG@10 | " + " | ".join(ds.query_sets) + " | R@10 minus base (± 1.96·SE) |")
-    print("|---" * (5 + len(ds.query_sets)) + "|")
-    base_r10: dict[str, float] = {}
-    for name in ["base", *(w for w in wanted if w != "base")]:
-        fn = VARIANTS[name]
-        r10, r5, nd = {}, {}, {}
-        for q in qids:
-            ag = agents[ds.agent_of[q]]
-            ranked = [ag.doc_ids[int(r.split(":")[1]) - 1] for r in fn(ag, lists[q])][:K]
-            r10[q] = recall_at_k(ranked, ds.qrels[q])
-            r5[q] = recall_at_k(ranked, ds.qrels[q], 5)
-            nd[q] = ndcg_at_k(ranked, ds.qrels[q])
-        cats = [statistics.fmean(r10[q] for q in qids if cat_of[q] == c) for c in ds.query_sets]
-        row = [statistics.fmean(r10.values()), statistics.fmean(r5.values()), statistics.fmean(nd.values()), *cats]
-        base_r10 = base_r10 or dict(r10)
-        diffs = [r10[q] - base_r10[q] for q in qids]
-        paired = f"{statistics.fmean(diffs):+.3f} ± {1.96 * statistics.stdev(diffs) / len(diffs) ** 0.5:.3f}"
-        print(f"| {name} | " + " | ".join(f"{x:.3f}" for x in row) + f" | {paired} |", flush=True)
+    baseline = evaluate(VARIANTS[args.baseline], ds, agents, lists)
+    report: dict[str, object] = {
+        "data": str(args.data),
+        "embedder": args.embedder or "default",
+        "baseline": args.baseline,
+    }
+    if args.dev_half:
+        report["dev_half"] = check_sets(ds, agents, lists, args, baseline)
+    elif args.cv:
+        report["cv"] = cv = cross_validate(ds, agents, lists, baseline)
+        print(json.dumps(cv, indent=2))
+    else:
+        wanted = chosen(args.only)
+        print(
+            "| variant | R@10 | R@5 | NDCG@10 | "
+            + " | ".join(ds.query_sets)
+            + f" | R@10 minus {args.baseline} | NDCG@10 minus {args.baseline} |"
+        )
+        print("|---" * (6 + len(ds.query_sets)) + "|")
+        rows: dict[str, object] = {}
+        for name in [args.baseline, *(w for w in wanted if w != args.baseline)]:
+            r10, r5, nd = baseline if name == args.baseline else evaluate(VARIANTS[name], ds, agents, lists)
+            cats = {c: statistics.fmean(r10[q] for q in qids if cat_of[q] == c) for c in ds.query_sets}
+            row = [statistics.fmean(r10.values()), statistics.fmean(r5.values()), statistics.fmean(nd.values())]
+            dr, dr_ci = paired(r10, baseline[0], qids)
+            dn, dn_ci = paired(nd, baseline[2], qids)
+            rows[name] = {
+                "recall@10": row[0],
+                "recall@5": row[1],
+                "ndcg@10": row[2],
+                "recall@10_by_category": cats,
+                "recall@10_minus_baseline": [dr, dr_ci],
+                "ndcg@10_minus_baseline": [dn, dn_ci],
+            }
+            cells = " | ".join(f"{x:.3f}" for x in (*row, *cats.values()))
+            print(f"| {name} | {cells} | {dr:+.3f} ± {dr_ci:.3f} | {dn:+.3f} ± {dn_ci:.3f} |", flush=True)
+        report["variants"] = rows
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 
