@@ -1,4 +1,5 @@
-"""The ``memstream`` command: serve, mcp, history, rebuild, reembed, export, import, backup, restore, tail."""
+"""The ``memstream`` command: serve, mcp, history, rebuild, reembed, export, import, backup, restore,
+tail, erase, keys, seal."""
 
 from __future__ import annotations
 
@@ -559,4 +560,29 @@ def keys_rotate(data_dir: Path | None, new_key_file: Path | None, show_progress:
     settings = _settings(data_dir)
     with progress_bar("keys", unit="keys", show=show_progress) as progress:
         report = rotate_master_key(settings.log_path, new_key_file, progress)
+    click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+
+
+@main.command()
+@data_dir_option
+@progress_option
+def seal(data_dir: Path | None, show_progress: bool | None) -> None:
+    """Bring a log written before sealing under it: replay it into a new sealed log (the same
+    offsets, so ids and digests stay equal; records erased before come out erased), verify it,
+    then replace the old log and overwrite its bytes (docs/erasure.md, "Migration"). Stop the
+    servers on the data directory first."""
+    from memstream.api.services.seal_migration import SealError, seal_data_dir
+
+    settings = _settings(data_dir)
+    with progress_bar("seal", unit="records", show=show_progress) as progress:
+
+        def stages(stage: str, done: int, total: int) -> None:
+            # One bar over both passes (seal every record, then read each back to verify it).
+            if stage != "digests":
+                progress(done + (total if stage == "verify" else 0), 2 * total)
+
+        try:
+            report = seal_data_dir(settings, stages)
+        except SealError as exc:
+            raise click.ClickException(str(exc)) from None
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
