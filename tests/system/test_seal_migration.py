@@ -23,6 +23,7 @@ import orjson
 import pytest
 
 from memstream.api.services.engine import EmbeddedEngine
+from memstream.api.services.seal_migration import clean_leftovers
 from memstream.api.services.settings import Settings, load_settings
 from tests.support.calls import call
 from tests.support.embedders import HashEmbedder
@@ -194,7 +195,8 @@ async def test_sigkill_during_seal_leaves_the_old_log_or_the_new(
     for trial in range(TRIALS):
         data = tmp_path / f"t{trial}"
         shutil.copytree(pristine, data)
-        killed_at(data, rng.uniform(0.3 * full_s, 1.05 * full_s))
+        # Half the kills anywhere in the run, half in its last fifth (verification, swap, scrub).
+        killed_at(data, rng.uniform(0.3, 1.0) * full_s if trial % 2 else rng.uniform(0.8, 1.02) * full_s)
         trial_settings = load_settings(env={}, data_dir=data, sync="NORMAL")
         sealed = meta(data)["sealed_from"] == "0"
         outcomes.append("new" if sealed else "old")
@@ -209,6 +211,24 @@ async def test_sigkill_during_seal_leaves_the_old_log_or_the_new(
         assert await reads(trial_settings) == before
         rebuild_equal(trial_settings)
     print(f"full migration {full_s:.2f} s; after the kill: {outcomes}")
+
+
+def test_leftovers_of_a_killed_run_are_cleaned_without_touching_the_log(tmp_path: Path) -> None:
+    log = tmp_path / "log.sqlite3"
+    log.write_bytes(b"the live log's bytes")
+    # Killed between the second name and the swap: the retired name is the live log itself.
+    os.link(log, tmp_path / "log.sqlite3.retired")
+    (tmp_path / "log.sqlite3.sealing").write_bytes(b"partial")
+    (tmp_path / "log.sqlite3.sealing-wal").write_bytes(b"partial wal")
+    assert sorted(clean_leftovers(log)) == ["log.sqlite3.retired", "log.sqlite3.sealing", "log.sqlite3.sealing-wal"]
+    assert log.read_bytes() == b"the live log's bytes"
+    # Killed after the swap: the retired file is the old log, scrubbed before it is deleted.
+    old = tmp_path / "old-inode"
+    old.write_bytes(b"old plaintext")
+    os.link(old, tmp_path / "log.sqlite3.retired")
+    assert clean_leftovers(log) == ["log.sqlite3.retired"]
+    assert old.read_bytes() == bytes(len(b"old plaintext"))  # the same inode, zeroed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.sqlite3", "old-inode"]
 
 
 def test_seal_of_a_missing_log_is_refused(tmp_path: Path) -> None:
