@@ -23,7 +23,13 @@ def shared(s: str | None) -> str | None:
 
 
 def _source(src: dict[str, Any] | None) -> dict[str, Any]:
-    return {k: intern(v) if isinstance(v, str) else v for k, v in src.items()} if src else {}
+    """The source dict (the row's own: fresh from its event or snapshot), its strings shared."""
+    if not src:
+        return {}
+    for k, v in src.items():
+        if isinstance(v, str):
+            src[k] = intern(v)  # replacing a value: the dict's size does not change while iterating
+    return src
 
 
 # Memory snapshots: 2 holds rows as lists of the fields in this order (1: a dict per row).
@@ -46,7 +52,7 @@ def _memory_row_of(f: list[Any]) -> MemoryRow:
         intern(f[1]),
         intern(f[2]),
         intern(f[3]),
-        f[4],
+        intern(f[4]),  # the content: the lexical index, loaded from its own snapshot, shares it
         f[5],
         _source(f[6]),
         f[7],

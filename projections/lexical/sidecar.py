@@ -213,7 +213,7 @@ def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> di
             slot = idx.slot_of[ref]
             if int(idx.seq[slot]) != seq:
                 raise ValueError("lexical sidecar row out of place")
-            texts[slot] = text
+            texts[slot] = intern(text)  # the memories read model holds the same string (records.py)
         idx.texts = texts
         agents[e["agent"]] = idx
     if set(agents) != set(rows):

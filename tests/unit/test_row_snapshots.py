@@ -15,7 +15,7 @@ from memstream.projections.records import MemoriesProjection
 from memstream.projections.row_dicts import row_dicts
 from memstream.projections.runner import digest_of
 from memstream.projections.versions import VersionsProjection
-from tests.unit.test_lexical import make_event, updated
+from tests.unit.test_lexical import make_event, updated, via_sidecar
 
 
 def stored(mid: int, content: str) -> dict[str, Any]:
@@ -94,3 +94,12 @@ def test_a_snapshot_naming_other_fields_is_refused() -> None:
             kind().load_snapshot({**body, "fields": list(reversed(body["fields"]))})
         with pytest.raises(ValueError):
             kind().load_snapshot({**body, "format": 3})
+
+
+def test_after_a_restart_memories_and_the_lexical_index_share_each_text() -> None:
+    memories = reloaded(fold(MemoriesProjection(), EVENTS), MemoriesProjection())
+    lexical = via_sidecar(fold(LexicalProjection(), EVENTS))
+    idx = lexical.agents["alice"]
+    for mid, row in memories.rows.items():
+        text = idx.texts[idx.slot_of[f"mem:{mid}"]]
+        assert text == row.content and text is row.content
