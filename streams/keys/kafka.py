@@ -148,6 +148,11 @@ class KafkaKeyStore:
         self._master = AESGCM(master)
         self._wrapped: dict[bytes, bytes] = {}  # key id -> wrapped DEK, as the topic says now
         self._meta: dict[bytes, bytes] = {}
+        # Ids known to have no key: tombstoned, or absent after a read to the topic's end (a
+        # key is acknowledged before anything is sealed with it, so it cannot appear later).
+        # A replay meeting many erased records asks the broker once per id, not per record.
+        self._absent: set[bytes] = set()
+        self.catch_ups = 0  # reads to the topic's end on a missing key (a figure for tests)
         self._generation = 0  # tombstones seen by this process: moves when any process destroys
         self._pool: list[tuple[bytes, bytes]] = []
         self._position = 0  # the next offset of the keys topic this store has not read
@@ -266,9 +271,11 @@ class KafkaKeyStore:
             if key.startswith(KEY_PREFIX):
                 key_id = key[len(KEY_PREFIX) :]
                 if value is None:
+                    self._absent.add(key_id)
                     if self._wrapped.pop(key_id, None) is not None:
                         self._generation += 1
                 else:
+                    self._absent.discard(key_id)
                     self._wrapped[key_id] = value
             elif value is None:
                 self._meta.pop(key, None)
@@ -313,11 +320,15 @@ class KafkaKeyStore:
     def get(self, key_id: bytes) -> bytes | None:
         with self._state:
             wrapped = self._wrapped.get(key_id)
-        if wrapped is None:
+            absent = key_id in self._absent
+        if wrapped is None and not absent:
             # Made by another worker a moment ago, not read here yet? Read to the topic's end.
+            self.catch_ups += 1
             self._call(self._catch_up())
             with self._state:
                 wrapped = self._wrapped.get(key_id)
+                if wrapped is None:
+                    self._absent.add(key_id)
         return None if wrapped is None else _unwrap(self._master, key_id, wrapped)
 
     def take(self) -> tuple[bytes, bytes]:
@@ -341,6 +352,7 @@ class KafkaKeyStore:
             self._call(self._send_many([(KEY_PREFIX + k, None) for k in key_ids]))
         with self._state:
             for k in key_ids:
+                self._absent.add(k)
                 if self._wrapped.pop(k, None) is not None:
                     self._generation += 1
             self._generation += 1
