@@ -8,6 +8,7 @@ exactly what the log holds. Deleted records keep their history: nothing here is 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 
@@ -36,7 +37,11 @@ class HistoryProjection:
 
     def apply(self, offset: int, ev: dict[str, Any]) -> None:
         for ref in refs_touched(ev):
-            self.offsets.setdefault(ref, []).append(offset)
+            offsets = self.offsets.get(ref)
+            if offsets is None:
+                self.offsets[intern(ref)] = [offset]  # one string with the versions and lexical refs
+            else:
+                offsets.append(offset)
 
     def of(self, ref: str) -> list[int]:
         return self.offsets.get(ref, [])
@@ -45,4 +50,4 @@ class HistoryProjection:
         return {"offsets": dict(sorted(self.offsets.items()))}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
-        self.offsets = {k: list(v) for k, v in body["offsets"].items()}
+        self.offsets = {intern(k): list(v) for k, v in body["offsets"].items()}

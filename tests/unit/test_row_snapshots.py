@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from memstream.projections.history import HistoryProjection
 from memstream.projections.lexical import LexicalProjection
 from memstream.projections.records import MemoriesProjection
 from memstream.projections.row_dicts import row_dicts
@@ -103,3 +104,12 @@ def test_after_a_restart_memories_and_the_lexical_index_share_each_text() -> Non
     for mid, row in memories.rows.items():
         text = idx.texts[idx.slot_of[f"mem:{mid}"]]
         assert text == row.content and text is row.content
+
+
+def test_history_keys_by_the_versions_ref_strings_folded_and_loaded() -> None:
+    versions = fold(VersionsProjection(), EVENTS)
+    folded = fold(HistoryProjection(), EVENTS)
+    for history in (folded, reloaded(folded, HistoryProjection())):
+        keys = {k: k for k in history.offsets}
+        assert keys and all(keys[ref] is ref for ref in versions.rows)
+        assert history.of("mem:2") == [1, 2]
