@@ -264,6 +264,7 @@ def seal_data_dir(settings: Settings, progress: Progress | None = None) -> dict[
     new_log = SqliteLog(new_path, num_partitions=partitions, synchronous="OFF", sealer=sealer)
     old_log = SqliteLog(log_path, num_partitions=partitions, sealer=Sealer(keys, seal_new=False))
     total = ends[0] + ends[1]
+    phases: dict[str, float] = {}
     try:
         old = old_log.connection()
         old.execute("BEGIN")  # one snapshot of the old log for the whole copy
@@ -277,9 +278,12 @@ def seal_data_dir(settings: Settings, progress: Progress | None = None) -> dict[
                 "INSERT INTO key_scopes VALUES (?,?,?,?)",
                 old.execute("SELECT key_id, agent, scope, first_offset FROM key_scopes").fetchall(),
             )
+            mark = time.perf_counter()
             sealed = _copy(old, new, sealer, total, report_progress)
-            copied_s = time.perf_counter() - started
+            copied_s = phases["copy"] = time.perf_counter() - mark
+            mark = time.perf_counter()
             _verify_rows(old, new, sealer, total, report_progress)
+            phases["verify"] = time.perf_counter() - mark
         finally:
             old.execute("COMMIT")
             new.close()
@@ -290,8 +294,10 @@ def seal_data_dir(settings: Settings, progress: Progress | None = None) -> dict[
             destroyed += destroy_keys(new_log, rec.offset, decode(rec.value))
         snapshots = SnapshotStore(settings.snapshot_dir)
         report_progress("digests", 0, 1)
+        mark = time.perf_counter()
         digests, fresh, decision = _digests(old_log, new_log, snapshots, settings.read_model_options, ends)
         report_progress("digests", 1, 1)
+        phases["digests"] = time.perf_counter() - mark
         if not all(d["equal"] for d in digests.values()):
             unequal = sorted(name for name, d in digests.items() if not d["equal"])
             raise SealError(f"a rebuild of the new log does not digest equal to the live read models: {unequal}")
@@ -302,10 +308,14 @@ def seal_data_dir(settings: Settings, progress: Progress | None = None) -> dict[
         raise
     old_log.close()
     new_log.close()
+    mark = time.perf_counter()
     _retire(log_path, new_path, ends)
+    phases["retire"] = time.perf_counter() - mark
     # Checkpoints are rewritten from the new log's rebuild: none keeps anything the old one knew.
+    mark = time.perf_counter()
     fresh.checkpoint_to(snapshots)
     snapshots.save(DECISION_SNAPSHOT, decision.to_snapshot())
+    phases["checkpoints"] = time.perf_counter() - mark
     seconds = time.perf_counter() - started
     return {
         "sealed": True,
@@ -317,6 +327,7 @@ def seal_data_dir(settings: Settings, progress: Progress | None = None) -> dict[
         "digests_equal": True,
         "seconds": round(seconds, 3),
         "records_per_second": round(total / copied_s) if copied_s > 0 else None,
+        "phases_s": {name: round(s, 3) for name, s in phases.items()},
         "cleaned_up": cleaned,
     }
 

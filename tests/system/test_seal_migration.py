@@ -33,6 +33,8 @@ from tests.system.test_erasure import OTHER, SECRET, hits, rebuild_equal, secret
 AGENT = "kate"
 LIVE = [OTHER, "the greenhouse thermostat reads nineteen degrees at dawn"]
 AFTER = "written after sealing began: the heron nests by the sluice"
+LOCKED = "a locked memory: the vault code rhymes with tangerine"
+REFUSED = "a refused rewrite that mentions the ptarmigan"
 TRIALS = int(os.environ.get("MEMSTREAM_SEAL_TRIALS") or 6)
 
 
@@ -81,9 +83,13 @@ async def plaintext_dir(settings: Settings, monkeypatch: pytest.MonkeyPatch, ext
         secret = await store(eng, AGENT, SECRET)
         for text in LIVE:
             await store(eng, AGENT, text)
+        locked = await store(eng, AGENT, LOCKED, lock=True)
         for i in range(extra):
             await store(eng, f"bulk-{i % 5}", f"bulk memory {i} mentions the lighthouse keeper's ledger")
         await call(eng, "update_profile", agent_id=AGENT, content="kate keeps bees on the allotment")
+        # A refused update: the audit trail keeps a copy of the request, content included.
+        refused = await call(eng, "update_memory", agent_id=AGENT, memory_id=locked, content=REFUSED)
+        assert refused["ok"] is False and "locked" in refused["error"], refused
     finally:
         await eng.close()
     monkeypatch.delenv("MEMSTREAM_SEALING")
@@ -105,7 +111,7 @@ def in_log(data: Path, needles: list[bytes]) -> list[int]:
 
 
 def log_needles() -> list[bytes]:
-    return [t.encode() for t in [*LIVE, AFTER, "kate keeps bees"]]
+    return [t.encode() for t in [*LIVE, AFTER, LOCKED, REFUSED, "kate keeps bees"]]
 
 
 async def test_seal_migrates_a_plaintext_data_dir(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,15 +120,15 @@ async def test_seal_migrates_a_plaintext_data_dir(settings: Settings, monkeypatc
     end = int(meta(data)["sealed_from"])
     assert unreachable == [f"log offsets 0..{end - 1} hold plaintext written before sealing; run memstream seal"]
     assert in_log(data, [SECRET.encode()]) != []  # the erased text is still in the old log
-    assert in_log(data, log_needles()[:2]) != []
+    assert in_log(data, log_needles()[:2]) != [] and in_log(data, [REFUSED.encode()]) != []
     before = await reads(settings)
-    assert LIVE[1] in before["recall"] and len(before["ids"]) == 3 and SECRET not in repr(before)
+    assert LIVE[1] in before["recall"] and len(before["ids"]) == 4 and SECRET not in repr(before)
 
     done = seal_cli(data, "--progress")
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     report = orjson.loads(done.stdout)
     assert report["sealed"] is True and report["digests_equal"] is True and report["erased_keys_destroyed"] >= 1
-    assert report["plaintext_offsets"] == f"0..{end - 1}"
+    assert report["plaintext_offsets"] == f"0..{end - 1}" and report["audit_records"] >= 1
     assert "records/s" in done.stderr.decode()  # the progress bar, on stderr
 
     assert hits(data, secret_needles(SECRET)) == []  # no file: log, checkpoints, keys, ledger
