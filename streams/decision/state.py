@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from sys import intern
 from typing import Any, Final
 
 import orjson
@@ -83,11 +84,11 @@ class DecisionState:
             self._saw_id(mid)
             scope = ev["scope"]
             facts = MemoryFacts(
-                scope["project_id"],
-                scope["channel"],
+                intern(scope["project_id"]),
+                intern(scope["channel"]),
                 p.get("msg_id"),
                 content_key(p["content"]),
-                source_id_of(p.get("source")),
+                intern(source_id_of(p.get("source"))),
                 bool(p.get("locked", False)),
                 models_of(p),
             )
@@ -218,8 +219,10 @@ class DecisionState:
         for name, a in snap["agents"].items():
             st = state.agent(name)
             for mid, project, channel, msg_id, key, source_id, locked, models in a["memories"]:
+                # Strings many memories repeat are held once (the read models intern the same).
+                source = intern(source_id) if source_id is not None else None
                 facts = MemoryFacts(
-                    project, channel, msg_id, bytes.fromhex(key), source_id, locked, intern_models(*models)
+                    intern(project), intern(channel), msg_id, bytes.fromhex(key), source, locked, intern_models(*models)
                 )
                 st.memories[mid] = facts
             # Index maps are rebuilt in id order, the order the fold first saw them.

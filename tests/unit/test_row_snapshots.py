@@ -16,6 +16,7 @@ from memstream.projections.records import MemoriesProjection
 from memstream.projections.row_dicts import row_dicts
 from memstream.projections.runner import digest_of
 from memstream.projections.versions import VersionsProjection
+from memstream.streams.decision.state import DecisionState
 from tests.unit.test_lexical import make_event, updated, via_sidecar
 
 
@@ -113,3 +114,14 @@ def test_history_keys_by_the_versions_ref_strings_folded_and_loaded() -> None:
         keys = {k: k for k in history.offsets}
         assert keys and all(keys[ref] is ref for ref in versions.rows)
         assert history.of("mem:2") == [1, 2]
+
+
+def test_the_decision_state_holds_a_memory_facts_strings_once() -> None:
+    folded = DecisionState(1)
+    for offset, ev in enumerate(EVENTS):
+        folded.apply_event(offset, orjson.loads(orjson.dumps(ev)))
+    loaded = DecisionState.from_snapshot(orjson.loads(orjson.dumps(folded.to_snapshot())))
+    assert loaded.digest() == folded.digest()
+    for state in (folded, loaded):
+        a, b = state.agent("alice").memories[1], state.agent("alice").memories[3]
+        assert a.source_id == "alice" and a.source_id is b.source_id
