@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -44,6 +45,19 @@ def seal_cli(data: Path, *extra: str) -> subprocess.CompletedProcess[bytes]:
         capture_output=True,
         timeout=300,
     )
+
+
+async def served(data: Path) -> list[Any]:
+    """What a real server process answers over HTTP for the agent's records."""
+    server = Server(data)
+    try:
+        await server.ready()
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            listed = (await http.post("/v1/tools/list_memories", json={"agent_id": AGENT, "limit": 1000})).json()
+            recalled = (await http.post("/v1/tools/recall", json={"agent_id": AGENT, "query": "vault code"})).json()
+    finally:
+        server.stop()
+    return [sorted(orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in listed["memories"]), recalled["messages"]]
 
 
 def meta(data: Path) -> dict[str, str]:
@@ -122,6 +136,8 @@ async def test_seal_migrates_a_plaintext_data_dir(settings: Settings, monkeypatc
     assert in_log(data, [SECRET.encode()]) != []  # the erased text is still in the old log
     assert in_log(data, log_needles()[:2]) != [] and in_log(data, [REFUSED.encode()]) != []
     before = await reads(settings)
+    before_http = await served(data)
+    assert LOCKED in repr(before_http[1]) and len(before_http[0]) == 4
     assert LIVE[1] in before["recall"] and len(before["ids"]) == 4 and SECRET not in repr(before)
 
     done = seal_cli(data, "--progress")
@@ -136,6 +152,7 @@ async def test_seal_migrates_a_plaintext_data_dir(settings: Settings, monkeypatc
     assert sorted(p.name for p in data.iterdir() if "log.sqlite3" in p.name) == ["log.sqlite3"]
     assert meta(data)["sealed_from"] == "0"
     assert await reads(settings) == before
+    assert await served(data) == before_http  # a real server on the sealed directory answers as before
     rebuild_equal(settings)
 
     eng = EmbeddedEngine(settings, embedder=HashEmbedder())
