@@ -78,6 +78,9 @@ class Settings(BaseModel):
     # Adjacent-turn evidence under rrf: a row's evidence in each list plus this share of its
     # neighbour's (the previous/next memory in write order); 0 turns it off (docs/eval.md, "LoCoMo").
     recall_neighbour_weight: float = Field(default=0.25, ge=0, le=1)
+    # Under evidence-weighted rrf with both retrievers, a turn whose speaker ("Name: text") the
+    # query names has its order value raised by this share; 0 turns it off (docs/eval.md).
+    recall_speaker_boost: float = Field(default=0.5, ge=0, le=4)
     confidence_enabled: bool = False
     confidence_ordering: Literal["fusion", "legacy"] = "fusion"
     episode_penalty_enabled: bool = False
@@ -207,6 +210,7 @@ _ENV = {
     "rrf_evidence": "MEMSTREAM_RRF_EVIDENCE",
     "rrf_lexical_weight": "MEMSTREAM_RRF_LEXICAL_WEIGHT",
     "recall_neighbour_weight": "MEMSTREAM_RECALL_NEIGHBOUR_WEIGHT",
+    "recall_speaker_boost": "MEMSTREAM_RECALL_SPEAKER_BOOST",
     "confidence_enabled": "MEMSTREAM_CONFIDENCE_ENABLED",
     "confidence_ordering": "MEMSTREAM_CONFIDENCE_ORDERING",
     "episode_penalty_enabled": "MEMSTREAM_EPISODE_PENALTY_ENABLED",

@@ -103,6 +103,7 @@ class Models:
 @dataclass
 class Opts:
     recall_neighbour_weight: float = 0.25
+    recall_speaker_boost: float = 0.5
     recall_mode: Literal["rrf", "rsf", "cascade"] = "rrf"
     recall_retrievers: Literal["all", "vector", "lexical"] = "all"
     max_memories: int = 10_000
@@ -174,3 +175,22 @@ def test_run_recall_keeps_the_real_cosine_for_the_gate() -> None:
     res = run_recall(m, Opts(), RecallRequest(ScopeFilter("a"), "unrelated words", 10), query, "m1")
     answer = next(c for c in res.candidates if c.ref == "mem:26")
     assert answer.cosine == pytest.approx(0.45, abs=1e-5)
+
+
+def test_run_recall_favours_the_turn_of_the_speaker_the_query_names() -> None:
+    m = Models()
+    # the question turn leads both lists; the answer is Caroline's
+    turns = [(0.80, "Melanie: did Caroline paint it?"), (0.75, "Caroline: a sunrise over the lake")]
+    for mid, (cos, text) in enumerate(turns, start=1):
+        m.apply(mid, _stored(mid, content=text, vec=_vec(cos, mid)))
+    query = np.zeros(DIM, dtype=np.float32)
+    query[0] = 1.0
+    req = RecallRequest(ScopeFilter("a"), "What did Caroline paint", 10)
+
+    def order(boost: float) -> list[str]:
+        return [c.ref for c in run_recall(m, Opts(recall_speaker_boost=boost), req, query, "m1").candidates]
+
+    assert order(0.0) == order(0.5) == ["mem:1", "mem:2"]  # a small boost does not outvote both lists
+    assert order(3.0) == ["mem:2", "mem:1"]
+    melanie = RecallRequest(ScopeFilter("a"), "What did Melanie paint", 10)
+    assert run_recall(m, Opts(recall_speaker_boost=3.0), melanie, query, "m1").candidates[0].ref == "mem:1"

@@ -40,6 +40,9 @@ class RecallSettings(Protocol):
     def recall_neighbour_weight(self) -> float: ...
 
     @property
+    def recall_speaker_boost(self) -> float: ...
+
+    @property
     def confidence_enabled(self) -> bool: ...
 
     @property

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from memstream.api.query.recall import fusion, neighbours
+from memstream.api.query.recall import fusion, neighbours, speakers
 from memstream.api.query.recall.gate import GateConfig, apply_gate, autocut, confidence_of, episode_factor, keyed_signal
 from memstream.api.query.recall.models import RecallModels, Row
 from memstream.api.query.recall.options import RecallSettings
@@ -60,6 +60,12 @@ def row_time(row: Row) -> datetime | None:
         return parse_time(raw)
     except ValueError:
         return None
+
+
+def _content(engine: RecallModels, ref: str) -> str | None:
+    """A memory's text (episodes are not conversation turns: None)."""
+    row = row_of(engine, ref)
+    return row.content if isinstance(row, MemoryRow) else None
 
 
 def _excluded(text: str, exclude: tuple[str, ...]) -> bool:
@@ -115,9 +121,9 @@ def run_recall(
     mode = settings.recall_mode
     # Adjacent-turn evidence (neighbours.py) reorders each list over a deeper cut of it, under
     # the evidence-weighted rrf with both retrievers; every other configuration is as before.
-    neighbour_weight = settings.recall_neighbour_weight
-    if not (mode == "rrf" and settings.rrf_evidence and settings.recall_retrievers == "all"):
-        neighbour_weight = 0.0
+    # Speaker attribution (speakers.py) likewise moves only that configuration's order.
+    evidence_rrf = mode == "rrf" and settings.rrf_evidence and settings.recall_retrievers == "all"
+    neighbour_weight = settings.recall_neighbour_weight if evidence_rrf else 0.0
     keep = depth * neighbours.DEPTH_FACTOR if neighbour_weight > 0 else depth
     fetch = keep * 2 if (req.source_id or req.exclude or req.after or req.before) else keep
     use_vector = query_vec is not None and settings.recall_retrievers in ("all", "vector")
@@ -182,6 +188,10 @@ def run_recall(
         if settings.rrf_evidence:
             evidence = {"vector": vector_ev, "far": fusion.vector_evidence(far), "lexical": lexical_ev}
         cands = fusion.rrf({k: v for k, v in lists.items() if v}, k=settings.rrf_k, weights=weights, evidence=evidence)
+        if evidence_rrf:
+            cands = speakers.boost(
+                cands, lambda ref: _content(engine, ref), speakers.named_in(req.query), settings.recall_speaker_boost
+            )
 
     cfg = GateConfig(
         rrf_k=settings.rrf_k,
