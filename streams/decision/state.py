@@ -220,9 +220,14 @@ class DecisionState:
             st = state.agent(name)
             for mid, project, channel, msg_id, key, source_id, locked, models in a["memories"]:
                 # Strings many memories repeat are held once (the read models intern the same).
-                source = intern(source_id) if source_id is not None else None
                 facts = MemoryFacts(
-                    intern(project), intern(channel), msg_id, bytes.fromhex(key), source, locked, intern_models(*models)
+                    intern(project),
+                    intern(channel),
+                    msg_id,
+                    bytes.fromhex(key),
+                    intern(source_id),
+                    locked,
+                    intern_models(*models),
                 )
                 st.memories[mid] = facts
             # Index maps are rebuilt in id order, the order the fold first saw them.
