@@ -380,6 +380,7 @@ VARIANTS: dict[str, Variant] = {
         for a in (False, True)
     },
     **{f"speaker-{s}": speaker_boost(s) for s in (0.1, 0.25, 0.5)},
+    "default": speaker_boost(0.5),  # what recall does since the second pass (speaker-0.5)
     **{f"p{p}-lw{w}": weighted(p, w) for p, w in CV_GRID if (p, w) != (2.0, 1.0)},
     **{f"f{f}-keep{k}": weighted(2.0, 1.0, f, k) for f, k in ((20, 20), (30, 20), (40, 30))},
 }
