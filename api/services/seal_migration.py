@@ -10,9 +10,11 @@ then overwritten and deleted. A crash leaves the old log or the new one in place
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -203,7 +205,9 @@ def _verify_rows(
         ('SELECT "offset", partition, agent, kind, after_event, value, NULL FROM audit ORDER BY "offset"', 5, 6),
     ]
     for sql, v, vec in pairs:
-        for a, b in zip(_rows(old, sql), _rows(new, sql), strict=True):
+        for a, b in zip_longest(_rows(old, sql), _rows(new, sql)):
+            if a is None or b is None:
+                raise SealError("the new log does not hold as many records as the old")
             if a[:v] != b[:v]:
                 raise SealError(f"the new log differs from the old at offset {a[0]}: {a[:v]} != {b[:v]}")
             if a[v] == b[v] and a[vec] == b[vec]:
@@ -257,6 +261,10 @@ def seal_data_dir(settings: Settings, progress: Progress | None = None) -> dict[
     sealed_from = int(meta.get("sealed_from", ends[0]))
     if sealed_from == 0:
         return {"sealed": False, "already_sealed": True, "events": ends[0], "cleaned_up": cleaned}
+    size = sum(p.stat().st_size for p in _companions(log_path) if p.exists())
+    free = shutil.disk_usage(log_path.parent).free
+    if free < size * 1.2:
+        raise SealError(f"the migration writes a second copy of the log ({size:,} bytes): {free:,} bytes are free")
     partitions = int(meta.get("partitions", settings.partitions))
     new_path = log_path.with_name(log_path.name + NEW_SUFFIX)
     keys = open_key_store(settings.data_dir, log_path.with_name(KEYS_NAME))

@@ -34,6 +34,7 @@ from tests.system.test_erasure import OTHER, SECRET, hits, rebuild_equal, secret
 AGENT = "kate"
 LIVE = [OTHER, "the greenhouse thermostat reads nineteen degrees at dawn"]
 AFTER = "written after sealing began: the heron nests by the sluice"
+GONE_AGENT = "the canal boat is moored at Grindley Brook for lee's winter"
 LOCKED = "a locked memory: the vault code rhymes with tangerine"
 REFUSED = "a refused rewrite that mentions the ptarmigan"
 TRIALS = int(os.environ.get("MEMSTREAM_SEAL_TRIALS") or 6)
@@ -101,6 +102,7 @@ async def plaintext_dir(settings: Settings, monkeypatch: pytest.MonkeyPatch, ext
         for i in range(extra):
             await store(eng, f"bulk-{i % 5}", f"bulk memory {i} mentions the lighthouse keeper's ledger")
         await call(eng, "update_profile", agent_id=AGENT, content="kate keeps bees on the allotment")
+        await store(eng, "lee", GONE_AGENT)  # all of lee's data is erased before the migration
         # A refused update: the audit trail keeps a copy of the request, content included.
         refused = await call(eng, "update_memory", agent_id=AGENT, memory_id=locked, content=REFUSED)
         assert refused["ok"] is False and "locked" in refused["error"], refused
@@ -113,6 +115,8 @@ async def plaintext_dir(settings: Settings, monkeypatch: pytest.MonkeyPatch, ext
         out = await call(eng, "erase_memory", agent_id=AGENT, memory_id=secret, reason="request")
         assert out["ok"] is True, out
         await store(eng, AGENT, AFTER)
+        gone = await call(eng, "erase_agent_data", agent_id="lee", reason="request")
+        assert gone["ok"] is True and gone["unreachable"], gone
         return list(out["unreachable"])
     finally:
         await eng.close()
@@ -133,7 +137,7 @@ async def test_seal_migrates_a_plaintext_data_dir(settings: Settings, monkeypatc
     unreachable = await plaintext_dir(settings, monkeypatch)
     end = int(meta(data)["sealed_from"])
     assert unreachable == [f"log offsets 0..{end - 1} hold plaintext written before sealing; run memstream seal"]
-    assert in_log(data, [SECRET.encode()]) != []  # the erased text is still in the old log
+    assert in_log(data, [SECRET.encode(), GONE_AGENT.encode()]) == [0, 1]  # erased, still in the old log
     assert in_log(data, log_needles()[:2]) != [] and in_log(data, [REFUSED.encode()]) != []
     before = await reads(settings)
     before_http = await served(data)
@@ -148,6 +152,7 @@ async def test_seal_migrates_a_plaintext_data_dir(settings: Settings, monkeypatc
     assert "records/s" in done.stderr.decode()  # the progress bar, on stderr
 
     assert hits(data, secret_needles(SECRET)) == []  # no file: log, checkpoints, keys, ledger
+    assert hits(data, secret_needles(GONE_AGENT)) == []  # erase_agent_data before the migration
     assert in_log(data, log_needles()) == []  # the log holds no plaintext content
     assert sorted(p.name for p in data.iterdir() if "log.sqlite3" in p.name) == ["log.sqlite3"]
     assert meta(data)["sealed_from"] == "0"
