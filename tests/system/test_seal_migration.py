@@ -264,3 +264,33 @@ def test_seal_of_a_missing_log_is_refused(tmp_path: Path) -> None:
     assert out.returncode != 0 and "no log at" in out.stderr.decode()
 
 
+
+
+async def test_seal_of_a_log_never_opened_with_sealing(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No meta.sealed_from, no keys.db: every event is plaintext, and the key store is made."""
+    monkeypatch.setenv("MEMSTREAM_SEALING", "off")
+    eng = EmbeddedEngine(settings, embedder=HashEmbedder())
+    await eng.start()
+    try:
+        for text in LIVE:
+            await store(eng, AGENT, text)
+    finally:
+        await eng.close()
+    monkeypatch.delenv("MEMSTREAM_SEALING")
+    data = settings.data_dir
+    assert "sealed_from" not in meta(data) and not (data / "keys.db").exists()
+    done = seal_cli(data, "--no-progress")
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert orjson.loads(done.stdout)["records_sealed"] == len(LIVE)
+    assert meta(data)["sealed_from"] == "0" and (data / "keys.db").exists()
+    assert in_log(data, log_needles()) == []
+    eng = EmbeddedEngine(settings, embedder=HashEmbedder())
+    await eng.start()
+    try:
+        listed = await call(eng, "list_memories", agent_id=AGENT)
+        assert sorted(m["content"] for m in listed["memories"]) == sorted(LIVE)
+        out = await call(eng, "erase_memory", agent_id=AGENT, memory_id=listed["memories"][0]["id"], reason="r")
+        assert out["ok"] is True and out["unreachable"] == []
+    finally:
+        await eng.close()
+    rebuild_equal(settings)
