@@ -156,7 +156,15 @@ async def test_a_worker_killed_mid_stream_loses_and_duplicates_nothing(cfg: Kafk
 
     try:
         async with asyncio.timeout(300):
-            await bus.submit(store("warmup", "both workers are up"))
+            warmup = store("warmup", "both workers are up")
+            for _ in range(12):  # the two workers' first rebalances can outlast one 10 s reply timeout
+                try:
+                    await bus.submit(warmup)  # retried under the same command id, as the writers do
+                    break
+                except LogUnavailable:
+                    continue
+            else:
+                pytest.fail("no worker answered the warm-up")
             tasks = [asyncio.create_task(writer(n)) for n in range(4)]
             while len(acknowledged) < 40:
                 await asyncio.sleep(0.05)
