@@ -18,6 +18,7 @@ from typing import Any, Final
 import orjson
 
 from memstream.streams import commands as c
+from memstream.streams.deciders import transport
 from memstream.streams.decision.outcome import Outcome
 from memstream.streams.events import AuditRecord
 from memstream.streams.log.port import Committed
@@ -35,13 +36,22 @@ class CodecError(ValueError):
 def encode_command(cmd: c.Command, reply_to: int) -> tuple[bytes, Headers]:
     headers: Headers = [("command", cmd.name.encode()), ("reply_to", str(reply_to).encode())]
     emb = getattr(cmd, "embedding", None)
-    if emb is not None:
-        headers.append(("vector", emb.data))
-    return orjson.dumps(cmd.model_dump(mode="json")), headers
+    value = orjson.dumps(cmd.model_dump(mode="json"))
+    vector = emb.data if emb is not None else None
+    sealing = transport.configured()
+    if sealing is not None:
+        value, vector = sealing.seal(value, vector, cmd.name.encode())
+    if vector is not None:
+        headers.append(("vector", vector))
+    return value, headers
 
 
 def encode_refusal(record: AuditRecord, reply_to: int) -> tuple[bytes, Headers]:
-    return record.encode(), [("command", REFUSAL.encode()), ("reply_to", str(reply_to).encode())]
+    value = record.encode()
+    sealing = transport.configured()
+    if sealing is not None:  # a refused store's audit copy carries its content
+        value, _ = sealing.seal(value, None, REFUSAL.encode())
+    return value, [("command", REFUSAL.encode()), ("reply_to", str(reply_to).encode())]
 
 
 def decode_item(value: bytes, headers: Any) -> tuple[c.Command | AuditRecord, int | None]:
@@ -49,6 +59,19 @@ def decode_item(value: bytes, headers: Any) -> tuple[c.Command | AuditRecord, in
     h = {k: v for k, v in (headers or ())}
     name = h.get("command", b"").decode()
     reply_to = int(h["reply_to"]) if "reply_to" in h else None
+    if transport.is_sealed(value):
+        sealing = transport.configured()
+        if sealing is None:
+            raise CodecError(
+                f"a sealed {name or 'unnamed'} record, and no master key here (set MEMSTREAM_MASTER_KEY or "
+                "MEMSTREAM_MASTER_KEY_FILE in every router and worker)"
+            )
+        try:
+            value, vector = sealing.open(value, h.get("vector"), name.encode())
+        except transport.TransportError as exc:
+            raise CodecError(f"{name or 'unnamed'} record: {exc}") from exc
+        if vector is not None:
+            h["vector"] = vector
     try:
         data = orjson.loads(value)
         if name == REFUSAL:

@@ -9,18 +9,23 @@ of the keys topic within the documented bound (docs/erasure.md, "Kafka mode").
 from __future__ import annotations
 
 import asyncio
+import base64
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.keys.kafka import KafkaKeyStore, KeyTopicBounds, keys_topic
 from memstream.streams.keys.master import MasterKeyError
-from memstream.streams.log.kafka import KafkaConfig
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog
 from memstream.streams.log.sealing import Sealer
-from tests.support.broker import deployment_config, drop_topics, require_broker
+from tests.support.broker import deployment_config, drop_topics, require_broker, stop_processes
 from tests.support.broker_faults import LocalBroker
+from tests.support.kafka_commands import all_events, store
 
 pytestmark = [pytest.mark.kafka]
 
@@ -183,3 +188,40 @@ def test_the_bounds_are_configurable_and_bad_values_refused() -> None:
         KeyTopicBounds.from_env({"MEMSTREAM_KAFKA_KEYS_MAX_COMPACTION_LAG_MS": "soon"})
     with pytest.raises(ValueError, match="at least 1"):
         KeyTopicBounds.from_env({"MEMSTREAM_KAFKA_KEYS_SEGMENT_MS": "0"})
+
+
+async def test_commands_travel_sealed_on_the_commands_topic(cfg: KafkaConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a master key in every process (the worker inherits this environment), a dump of the
+    commands topic holds neither the content nor the vector; the decider opens them."""
+    monkeypatch.delenv("MEMSTREAM_MASTER_KEY_FILE", raising=False)
+    monkeypatch.setenv("MEMSTREAM_MASTER_KEY", base64.b64encode(MASTER).decode())
+    args = [
+        sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "worker",
+        "--kafka", cfg.bootstrap, "--prefix", cfg.prefix,
+        "--partitions", str(cfg.partitions), "--replication", str(cfg.replication), "--session-timeout", "6",
+    ]  # fmt: skip
+    worker = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    bus = KafkaCommandBus(cfg, reply_timeout_s=60)
+    try:
+        await bus.start()
+        cmd = store("ada", "the otter holt below Kenley mill, 14 March")
+        assert cmd.embedding is not None
+        async with asyncio.timeout(120):
+            committed = await bus.submit(cmd)
+        assert committed.outcome.result == "applied"
+        stored = [e for e in await all_events(cfg) if e["command_id"] == cmd.command_id]
+        assert stored and stored[0]["payload"]["content"] == cmd.content  # the decider opened it
+        kafka = KafkaLog(cfg)
+        await kafka.start()
+        try:
+            dump = []
+            for p in range(cfg.partitions):
+                dump += await kafka.read_records(cfg.commands_topic, p, 0, limit=100_000)
+        finally:
+            await kafka.close()
+        assert dump, "the command never travelled the commands topic"
+        raw = b"".join((r.value or b"") + b"".join(v for _, v in r.headers) for r in dump)
+        assert b"otter holt" not in raw and cmd.embedding.data not in raw
+    finally:
+        await bus.close()
+        stop_processes([worker])
