@@ -181,6 +181,19 @@ class EmbeddedEngine(NamedModels):
             "unreachable": erasure.unreachable(self.log, offsets),
         }
 
+    async def settle(self, *, checkpoint: bool = False) -> None:
+        """Fold the log's tail, and checkpoint if asked, on a worker thread while reads wait:
+        an erasure's long steps must not stall the event loop (other agents' writes)."""
+        loop = asyncio.get_running_loop()
+
+        def work() -> None:
+            self.runner.catch_up(self.log.end_offset())
+            if checkpoint:
+                self.runner.checkpoint()
+
+        async with self._read_lock:
+            await loop.run_in_executor(None, work)
+
     async def refuse(self, record: AuditRecord) -> None:
         await self.bus.record_refusal(record)
 

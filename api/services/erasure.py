@@ -35,6 +35,8 @@ class ErasingEngine(Protocol):
 
     async def read(self, query: Any) -> Any: ...
 
+    async def settle(self, *, checkpoint: bool = False) -> None: ...
+
 
 def ledger_paths(data_dir: Path) -> list[Path]:
     """Where erasures are recorded: the data directory's ledger, and MEMSTREAM_ERASURE_LEDGER
@@ -178,7 +180,7 @@ async def complete(engine: ErasingEngine, offset: int, data_dir: Path) -> dict[s
     loop = asyncio.get_running_loop()
     records = await loop.run_in_executor(None, engine.log.read_offsets, [offset])
     ev = decode(records[0].value)
-    await engine.read(lambda: None)  # every read model drops the record
+    await engine.settle()  # every read model drops the record
     destroyed = await loop.run_in_executor(None, destroy_keys, engine.log, offset, ev)
     await _rewrite_checkpoints(engine)
     await loop.run_in_executor(None, append_ledger, data_dir, ledger_entry(offset, ev))
@@ -191,10 +193,7 @@ async def _rewrite_checkpoints(engine: ErasingEngine) -> None:
     """Every checkpoint rewritten from state that no longer holds the record (the vector
     sidecars and graph files included: a checkpoint writes new ones and drops the old)."""
 
-    def projections() -> None:
-        engine.runner.checkpoint()
-
-    await engine.read(projections)
+    await engine.settle(checkpoint=True)
     await engine.bus.checkpoint()
 
 

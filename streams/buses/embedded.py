@@ -182,14 +182,19 @@ class EmbeddedCommandBus:
 
     async def checkpoint(self) -> None:
         """Rewrite the decision snapshot now (after an erasure: the old one knew the record)."""
-        if self.snapshots is None:
+        snapshots = self.snapshots
+        if snapshots is None:
             return
+        loop = asyncio.get_running_loop()
 
-        def save() -> None:
-            if self.state is not None:
-                self._save_snapshot()
+        def snapshot() -> dict[str, Any] | None:
+            return self.state.to_snapshot() if self.state is not None else None
 
-        await asyncio.get_running_loop().run_in_executor(self._executor, save)
+        # Built on the writer thread (the state is its own), written on another: the writer
+        # goes on committing other agents' writes meanwhile.
+        body = await loop.run_in_executor(self._executor, snapshot)
+        if body is not None:
+            await loop.run_in_executor(None, snapshots.save, DECISION_SNAPSHOT, body)
 
     # -- the port ---------------------------------------------------------------------------
 

@@ -1,0 +1,241 @@
+"""What sealing and erasure cost (issue 16), in process, embedding excluded (a random-vector
+embedder of the default model's size stands in for the model).
+
+    python bench/erasure.py                 # default sizes
+    python bench/erasure.py --quick         # a smoke run
+    python bench/erasure.py --erase-memories 100000
+
+1. Store throughput and recall latency with sealing on and off (MEMSTREAM_SEALING), in the
+   same run, alternating the order round by round; the ratio on/off is the cost.
+2. erase_agent_data of one agent holding --erase-memories memories: how long it takes, and
+   the latency of another agent's stores issued during it (the erasure must not block them).
+Results: bench/results/erasure.json (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from memstream.api.services.engine import EmbeddedEngine  # noqa: E402
+from memstream.api.services.settings import load_settings  # noqa: E402
+from memstream.api.tools.dispatch import dispatch  # noqa: E402
+from memstream.api.tools.registry import Caller  # noqa: E402
+
+CALLER = Caller(client_id="bench")
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+]
+
+
+class RandomEmbedder:
+    """Unit vectors of the default model's size, seeded by the text: no model cost."""
+
+    model_id = "bench-random-384"
+    dim = 384
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.empty((len(texts), self.dim), np.float32)
+        for i, t in enumerate(texts):
+            v = np.random.default_rng(abs(hash(t)) % 2**32).standard_normal(self.dim).astype(np.float32)
+            out[i] = v / np.linalg.norm(v)
+        return out
+
+
+def text(i: int, agent: str) -> str:
+    rng = np.random.default_rng(i)
+    words = " ".join(WORDS[j] for j in rng.integers(0, len(WORDS), 12))
+    return f"{agent} note {i}: {words}"
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.array(xs), q)) if xs else float("nan")
+
+
+async def open_engine(data: Path, sealing: bool) -> EmbeddedEngine:
+    os.environ["MEMSTREAM_SEALING"] = "on" if sealing else "off"
+    eng = EmbeddedEngine(load_settings(env={}, data_dir=data), embedder=RandomEmbedder())
+    await eng.start()
+    return eng
+
+
+async def store_many(eng: EmbeddedEngine, agent: str, start: int, n: int, concurrency: int) -> float:
+    """Store n memories with ``concurrency`` callers; returns stores per second."""
+    next_i = start
+    end = start + n
+
+    async def caller() -> None:
+        nonlocal next_i
+        while next_i < end:
+            i = next_i
+            next_i += 1
+            out = await dispatch(eng, CALLER, "store", {"agent_id": agent, "content": text(i, agent)})
+            assert out.get("result") == "stored", out
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return n / (time.perf_counter() - t0)
+
+
+async def recall_latencies(eng: EmbeddedEngine, agent: str, queries: int, first: int = 0) -> list[float]:
+    out = []
+    for q in range(first, first + queries):
+        t0 = time.perf_counter()
+        await dispatch(eng, CALLER, "recall", {"agent_id": agent, "query": text(10_000_000 + q, agent), "limit": 10})
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+async def sealing_cost(root: Path, rounds: int, stores: int, concurrency: int, queries: int) -> dict[str, Any]:
+    rates: dict[str, list[float]] = {"on": [], "off": []}
+    recall: dict[str, list[float]] = {"on": [], "off": []}
+    for r in range(rounds):
+        order = ("off", "on") if r % 2 == 0 else ("on", "off")
+        for mode in order:
+            eng = await open_engine(root / f"cost-{mode}-{r}", mode == "on")
+            try:
+                rates[mode].append(await store_many(eng, "a", 0, stores, concurrency))
+            finally:
+                await eng.close()
+            print(f"round {r} sealing {mode}: {rates[mode][-1]:.0f} stores/s", flush=True)
+    # Recall: both stores open at once (each re-opened, so each folds its sealed or clear log
+    # from its checkpoint), queries alternating between them one by one.
+    engines = {m: await open_engine(root / f"cost-{m}-0", m == "on") for m in ("off", "on")}
+    try:
+        for q in range(queries):
+            for mode in ("off", "on") if q % 2 == 0 else ("on", "off"):
+                recall[mode].extend(await recall_latencies(engines[mode], "a", 1, q))
+    finally:
+        for eng in engines.values():
+            await eng.close()
+    med = {m: statistics.median(v) for m, v in rates.items()}
+    return {
+        "stores_per_round": stores,
+        "concurrency": concurrency,
+        "rounds": rounds,
+        "stores_per_s": {m: [round(x, 1) for x in v] for m, v in rates.items()},
+        "stores_per_s_median": {m: round(v, 1) for m, v in med.items()},
+        "store_throughput_ratio_on_off": round(med["on"] / med["off"], 4),
+        "recall_ms": {
+            m: {"p50": round(pct(v, 50), 3), "p99": round(pct(v, 99), 3), "n": len(v)} for m, v in recall.items()
+        },
+        "recall_p50_ratio_on_off": round(pct(recall["on"], 50) / pct(recall["off"], 50), 4),
+    }
+
+
+async def erase_big_agent(root: Path, memories: int, concurrency: int) -> dict[str, Any]:
+    eng = await open_engine(root / "erase", True)
+    try:
+        t0 = time.perf_counter()
+        # In slices with a read between them, as a served store has: the read models stay
+        # folded (a store looks for embedding switches in the log past them).
+        for start in range(0, memories, 5000):
+            await store_many(eng, "big", start, min(5000, memories - start), concurrency)
+            await eng.read(lambda: None)
+        fill_s = time.perf_counter() - t0
+        await store_many(eng, "other", 0, 200, 8)
+        latencies: list[float] = []
+        done = asyncio.Event()
+
+        async def other_writer() -> None:
+            i = 1_000
+            while not done.is_set():
+                s = time.perf_counter()
+                out = await dispatch(eng, CALLER, "store", {"agent_id": "other", "content": text(i, "other")})
+                assert out.get("result") == "stored", out
+                latencies.append((time.perf_counter() - s) * 1000)
+                i += 1
+                await asyncio.sleep(0.005)
+
+        writer = asyncio.create_task(other_writer())
+        await asyncio.sleep(0.2)
+        baseline = list(latencies)
+        latencies.clear()
+        t0 = time.perf_counter()
+        out = await dispatch(eng, CALLER, "erase_agent_data", {"agent_id": "big", "reason": "benchmark"})
+        erase_s = time.perf_counter() - t0
+        during = list(latencies)
+        done.set()
+        await writer
+        assert out["ok"] and out["erased_memories"] == memories, out
+        return {
+            "memories": memories,
+            "fill_seconds": round(fill_s, 2),
+            "erase_seconds": round(erase_s, 3),
+            "keys_destroyed": out["keys_destroyed"],
+            "other_agent_store_ms_before": {"p50": round(pct(baseline, 50), 2), "n": len(baseline)},
+            "other_agent_store_ms_during": {
+                "p50": round(pct(during, 50), 2),
+                "p99": round(pct(during, 99), 2),
+                "max": round(max(during), 2) if during else None,
+                "n": len(during),
+            },
+        }
+    finally:
+        await eng.close()
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--stores", type=int, default=3000)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--erase-memories", type=int, default=100_000)
+    ap.add_argument("--skip-cost", action="store_true", help="Only the erase_agent_data measurement.")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "erasure.json")
+    a = ap.parse_args()
+    if a.quick:
+        a.rounds, a.stores, a.queries, a.erase_memories = 2, 500, 50, 2000
+    with tempfile.TemporaryDirectory(prefix="memstream-erasure-bench-") as tmp:
+        root = Path(tmp)
+        cost = None if a.skip_cost else await sealing_cost(root, a.rounds, a.stores, a.concurrency, a.queries)
+        print(orjson.dumps(cost, option=orjson.OPT_INDENT_2).decode(), flush=True)
+        erase = await erase_big_agent(root, a.erase_memories, a.concurrency)
+        print(orjson.dumps(erase, option=orjson.OPT_INDENT_2).decode(), flush=True)
+    report = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "command": " ".join(["python", "bench/erasure.py", *sys.argv[1:]]),
+        "sealing_cost": cost,
+        "erase_agent_data": erase,
+    }
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
