@@ -36,6 +36,9 @@ CREATE TABLE IF NOT EXISTS events(
     vector BLOB
 );
 CREATE INDEX IF NOT EXISTS events_by_agent ON events(agent, "offset");
+-- An agent's embedding switches since the read models' offset are looked up on every store
+-- (the engine's agent_model): a partial index keeps that lookup off the agent's whole tail.
+CREATE INDEX IF NOT EXISTS events_switches ON events(agent, "offset") WHERE type = 'embedding.switched';
 CREATE TABLE IF NOT EXISTS audit(
     "offset" INTEGER PRIMARY KEY,
     partition INTEGER NOT NULL,
@@ -182,7 +185,8 @@ class SqliteLog:
             sql += " AND agent = ?"
             args.append(agent_id)
         if types is not None:
-            sql += f" AND type IN ({','.join('?' * len(types))})"
+            # One type as ``=``: SQLite then matches partial indexes on it (events_switches).
+            sql += " AND type = ?" if len(types) == 1 else f" AND type IN ({','.join('?' * len(types))})"
             args.extend(types)
         sql += ' ORDER BY "offset" LIMIT ?'
         args.append(limit)

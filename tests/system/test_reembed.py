@@ -294,3 +294,27 @@ async def test_a_switch_made_by_another_process_is_seen_by_the_next_store(settin
     finally:
         await other.close()
         await server.close()
+
+
+async def test_a_stores_lookup_of_switches_stays_off_the_agents_tail(settings: Settings) -> None:
+    """Every store asks for the agent's embedding switches since the read models' offset. With
+    nothing reading, that tail grows with every write, so the lookup must go through the partial
+    index of switches, not scan the agent's events (a 50k-event tail cost 64 ms a store)."""
+    engine = engine_for(settings)
+    await engine.start()
+    try:
+        await fill(engine, "a", 5)  # a tail past the read models' offset: nothing has read yet
+        statements: list[str] = []
+        connection = engine.log.connection()
+        connection.set_trace_callback(statements.append)
+        try:
+            engine.agent_model("a")  # None: the read models have not folded the agent yet
+        finally:
+            connection.set_trace_callback(None)
+        lookups = [s for s in statements if "FROM events" in s and "embedding.switched" in s]
+        assert lookups, statements
+        for sql in lookups:
+            plan = " ".join(str(row) for row in connection.execute(f"EXPLAIN QUERY PLAN {sql}"))
+            assert "events_switches" in plan, (sql, plan)
+    finally:
+        await engine.close()
