@@ -19,6 +19,7 @@ from memstream.api.kafka.wire import OWNER_PATH, WORKER_TOKEN_HEADER
 from memstream.api.services.settings import Settings
 from memstream.api.tools.dispatch import failure
 from memstream.streams.events import parse_ref
+from memstream.streams.log.port import LogUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def owner_route(worker: OwnerLookup) -> Route:
             return json_response(failure(f"invalid owner lookup: {exc}"), 400)
         try:
             held, agent = await worker.owner_in_partition(kind, ident)
-        except TimeoutError as exc:
+        except (TimeoutError, LogUnavailable) as exc:  # read models catching up, or the topic unread
             return json_response(failure(f"log_unavailable: {exc}"), 503)
         if not held:
             return json_response(failure("not_owner", node=worker.worker_id), 421)

@@ -9,6 +9,7 @@ import time
 from memstream.api.services.jobs import ReembedJob
 from memstream.projections.catalog import DEFAULTS, ReadModelOptions, read_models
 from memstream.streams.events import decode
+from memstream.streams.log.port import LogUnavailable
 from memstream.streams.snapshots import SnapshotStore
 
 CATCH_UP_DEADLINE_S = 30.0
@@ -55,6 +56,9 @@ class PartitionModels:
             self.advanced.clear()
             left = end - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"partition {self.partition}: read models at {self.offset}, waited for {offset}")
+                # a 503 the caller retries (dispatch answers log_unavailable), not an internal error
+                raise LogUnavailable(
+                    f"partition {self.partition} is catching up: read models at {self.offset}, waited for {offset}"
+                )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.advanced.wait(), left)
