@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import secrets
 import threading
+import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
@@ -241,11 +242,17 @@ class KafkaKeyStore:
                 for err in response.to_object()["topic_errors"]:
                     if err["error_code"] not in (0, 36):  # 36: another process created it meanwhile
                         raise KeysUnavailable(f"could not create topic {self.topic}: {err}")
-            described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, self.topic)])
+            # A topic just created may not be described yet (no entries): ask again, within bounds.
+            deadline = time.monotonic() + self.cfg.request_timeout_ms / 1000
             actual: dict[str, str] = {}
-            for response in described:
-                for res in response.to_object()["resources"]:
-                    actual.update({e["config_names"]: e["config_value"] for e in res["config_entries"]})
+            while True:
+                described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, self.topic)])
+                for response in described:
+                    for res in response.to_object()["resources"]:
+                        actual.update({e["config_names"]: e["config_value"] for e in res["config_entries"]})
+                if "cleanup.policy" in actual or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
             if actual.get("cleanup.policy") != "compact":
                 raise KeysUnavailable(
                     f"topic {self.topic}: cleanup.policy is {actual.get('cleanup.policy')!r}, the key store needs "
