@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
-from .calls import prepare
-from .feed import AsyncEventStream, FeedCursor
+from .base import DEFAULT_TIMEOUT, ClientBase
+from .feed import AsyncEventStream
 from .methods import AsyncTools
-from .remote import AsyncHttpTransport, headers_for
+from .remote import AsyncHttpTransport
 from .retry import RetryPolicy
-from .sync import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
     from memstream.api.services.embedding import Embedder
@@ -25,7 +24,7 @@ class AsyncTransport(Protocol):
     async def close(self) -> None: ...
 
 
-class AsyncClient(AsyncTools):
+class AsyncClient(ClientBase, AsyncTools):
     """``Client``'s async twin: ``await client.store(...)``; ``async with`` or ``await close()``."""
 
     def __init__(
@@ -41,13 +40,9 @@ class AsyncClient(AsyncTools):
         max_backoff: float = 8.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.retry_policy = RetryPolicy(retries, backoff, max_backoff)
-        headers = headers_for(token, client_id, session_id)
-        self._transport: AsyncTransport = AsyncHttpTransport(
-            self.base_url, headers, timeout, self.retry_policy, transport
-        )
-        self._closed = False
+        policy = RetryPolicy(retries, backoff, max_backoff)
+        headers = self._over_http(base_url, token, client_id, session_id, policy)
+        self._transport: AsyncTransport = AsyncHttpTransport(self.base_url, headers, timeout, policy, transport)
 
     @classmethod
     def local(
@@ -64,22 +59,14 @@ class AsyncClient(AsyncTools):
         from .local import AsyncLocal
 
         self = cls.__new__(cls)
-        self.base_url = f"local:{data_dir}"
-        self.retry_policy = RetryPolicy(0)
+        self._in_process(data_dir)
         self._transport = AsyncLocal(
             data_dir, embedder=embedder, client_id=client_id, session_id=session_id, settings=settings
         )
-        self._closed = False
         return self
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     async def _invoke(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        if self._closed:
-            raise RuntimeError("this client is closed")
-        sent, idempotent = prepare(tool, args)
+        sent, idempotent = self._prepared(tool, args)
         return await self._transport.call(tool, sent, idempotent)
 
     async def call(self, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -95,15 +82,8 @@ class AsyncClient(AsyncTools):
         after: str | None = None,
         reconnect: bool = True,
     ) -> AsyncEventStream:
-        """The change feed (``GET /v1/events``): events as they are written, in log order.
-        ``agent_id``: one agent or several (none: every agent the caller may read); ``types``:
-        event types (``"memory.stored,memory.updated"`` or a list; none: all). ``start``: the
-        position of the first event to deliver; ``after``: a position already seen (deliver
-        what follows it); neither: from now on. A dropped connection or a server's cut-off is
-        resumed where the stream stood (``reconnect=False``: the iteration ends instead)."""
-        if self._closed:
-            raise RuntimeError("this client is closed")
-        cursor = FeedCursor(agent_id, types, start, after)
+        """``Client.events`` as an async iterator (``async for event in client.events(...)``)."""
+        cursor = self._cursor(agent_id, types, start, after)
         if isinstance(self._transport, AsyncHttpTransport):
             return AsyncEventStream.over_http(self._transport.http, self.retry_policy, cursor, reconnect)
         from .local import AsyncLocal
@@ -128,6 +108,3 @@ class AsyncClient(AsyncTools):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
-
-    def __repr__(self) -> str:
-        return f"AsyncClient({self.base_url!r})"

@@ -18,8 +18,8 @@ import httpx
 import orjson
 from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 
-from .errors import MemstreamError, Unavailable, code_of_answer, error_for
-from .remote import decode
+from .errors import MemstreamError, Unavailable
+from .exchange import refusal
 from .results import Event
 from .retry import RETRY_STATUSES, RetryPolicy
 
@@ -82,10 +82,44 @@ class FeedCursor:
         return event
 
 
-def _refusal(response: httpx.Response, body: bytes) -> MemstreamError:
-    answer = httpx.Response(response.status_code, content=body, headers=response.headers)
-    content = decode(answer)
-    return error_for(code_of_answer(response.status_code, content), content, response.status_code)
+class Reconnects:
+    """When a subscription connects again, and after how long: the decisions both streams share
+    (their I/O apart). A connection that delivered nothing or failed counts as a failure; a
+    run of more than ``policy.retries`` of them ends the stream with ``Unavailable``."""
+
+    def __init__(self, policy: RetryPolicy, reconnect: bool) -> None:
+        self.policy = policy
+        self.reconnect = reconnect
+        self.failures = 0  # connections in a row that failed or delivered nothing
+        self.opened = 0.0
+        self.delivered = False
+        self.retry_after: str | None = None
+
+    def opening(self) -> None:
+        self.opened = time.monotonic()
+        self.delivered = False
+        self.retry_after = None
+
+    def refused(self, response: httpx.Response, body: bytes) -> None:
+        """A connection answered other than 200: raised unless worth trying again."""
+        error = refusal(httpx.Response(response.status_code, content=body, headers=response.headers))
+        retry = self.reconnect and self.failures < self.policy.retries
+        if response.status_code not in RETRY_STATUSES or not retry:
+            raise error
+        self.retry_after = response.headers.get("retry-after")
+
+    def lost(self, exc: httpx.TransportError) -> None:
+        """A connection dropped: raised unless the stream resumes."""
+        if not self.reconnect or (self.failures >= self.policy.retries and not self.delivered):
+            raise Unavailable(f"the change feed was lost: {type(exc).__name__}: {exc}") from exc
+
+    def pause(self) -> float:
+        """After a connection ended: seconds to wait before the next (0: at once), or raised."""
+        healthy = self.delivered or time.monotonic() - self.opened > HEALTHY_S
+        self.failures = 0 if healthy else self.failures + 1
+        if self.failures > self.policy.retries:
+            raise Unavailable("the change feed keeps ending without delivering an event")
+        return self.policy.delay(self.failures - 1, self.retry_after) if self.failures else 0.0
 
 
 class EventStream:
@@ -104,37 +138,28 @@ class EventStream:
     def _run(
         http: httpx.Client, policy: RetryPolicy, cursor: FeedCursor, reconnect: bool
     ) -> Generator[FeedEvent, None, None]:
-        failures = 0  # connections in a row that failed or delivered nothing
+        tries = Reconnects(policy, reconnect)
         while True:
             params, headers = cursor.request()
-            opened = time.monotonic()
-            delivered = False
-            retry_after: str | None = None
+            tries.opening()
             try:
                 with connect_sse(http, "GET", PATH, params=params, headers=headers) as source:
-                    response = source.response
-                    if response.status_code != 200:
-                        error = _refusal(response, response.read())
-                        if response.status_code not in RETRY_STATUSES or not reconnect or failures >= policy.retries:
-                            raise error
-                        retry_after = response.headers.get("retry-after")
+                    if source.response.status_code != 200:
+                        tries.refused(source.response, source.response.read())
                     else:
                         for sse in source.iter_sse():
                             event = cursor.take(sse)
                             if event is not None:
-                                delivered = True
+                                tries.delivered = True
                                 yield event
             except httpx.TransportError as exc:
-                if not reconnect or (failures >= policy.retries and not delivered):
-                    raise Unavailable(f"the change feed was lost: {type(exc).__name__}: {exc}") from exc
+                tries.lost(exc)
             else:
                 if not reconnect:  # the stream ended (a cut-off, or the server going away)
                     return
-            failures = 0 if delivered or time.monotonic() - opened > HEALTHY_S else failures + 1
-            if failures > policy.retries:
-                raise Unavailable("the change feed keeps ending without delivering an event")
-            if failures:
-                time.sleep(policy.delay(failures - 1, retry_after))
+            wait = tries.pause()
+            if wait:
+                time.sleep(wait)
 
     def __iter__(self) -> EventStream:
         return self
@@ -172,37 +197,28 @@ class AsyncEventStream:
     async def _run(
         http: httpx.AsyncClient, policy: RetryPolicy, cursor: FeedCursor, reconnect: bool
     ) -> AsyncGenerator[FeedEvent, None]:
-        failures = 0
+        tries = Reconnects(policy, reconnect)
         while True:
             params, headers = cursor.request()
-            opened = time.monotonic()
-            delivered = False
-            retry_after: str | None = None
+            tries.opening()
             try:
                 async with aconnect_sse(http, "GET", PATH, params=params, headers=headers) as source:
-                    response = source.response
-                    if response.status_code != 200:
-                        error = _refusal(response, await response.aread())
-                        if response.status_code not in RETRY_STATUSES or not reconnect or failures >= policy.retries:
-                            raise error
-                        retry_after = response.headers.get("retry-after")
+                    if source.response.status_code != 200:
+                        tries.refused(source.response, await source.response.aread())
                     else:
                         async for sse in source.aiter_sse():
                             event = cursor.take(sse)
                             if event is not None:
-                                delivered = True
+                                tries.delivered = True
                                 yield event
             except httpx.TransportError as exc:
-                if not reconnect or (failures >= policy.retries and not delivered):
-                    raise Unavailable(f"the change feed was lost: {type(exc).__name__}: {exc}") from exc
+                tries.lost(exc)
             else:
                 if not reconnect:
                     return
-            failures = 0 if delivered or time.monotonic() - opened > HEALTHY_S else failures + 1
-            if failures > policy.retries:
-                raise Unavailable("the change feed keeps ending without delivering an event")
-            if failures:
-                await asyncio.sleep(policy.delay(failures - 1, retry_after))
+            wait = tries.pause()
+            if wait:
+                await asyncio.sleep(wait)
 
     def __aiter__(self) -> AsyncEventStream:
         return self

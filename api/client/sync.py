@@ -8,16 +8,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
-from .calls import prepare
-from .feed import EventStream, FeedCursor
+from .base import DEFAULT_TIMEOUT, ClientBase
+from .feed import EventStream
 from .methods import SyncTools
-from .remote import HttpTransport, headers_for
+from .remote import HttpTransport
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
     from memstream.api.services.embedding import Embedder
-
-DEFAULT_TIMEOUT = 60.0  # past Kafka mode's 45 s forwarding deadline, so its 503 arrives
 
 
 class SyncTransport(Protocol):
@@ -26,7 +24,7 @@ class SyncTransport(Protocol):
     def close(self) -> None: ...
 
 
-class Client(SyncTools):
+class Client(ClientBase, SyncTools):
     """A memstream server at ``base_url`` (``memstream serve``, embedded or ``--kafka``).
 
     Every tool is a method (``client.store("agent", "text")``, ``client.recall(agent_id=...,
@@ -49,11 +47,9 @@ class Client(SyncTools):
         max_backoff: float = 8.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.retry_policy = RetryPolicy(retries, backoff, max_backoff)
-        headers = headers_for(token, client_id, session_id)
-        self._transport: SyncTransport = HttpTransport(self.base_url, headers, timeout, self.retry_policy, transport)
-        self._closed = False
+        policy = RetryPolicy(retries, backoff, max_backoff)
+        headers = self._over_http(base_url, token, client_id, session_id, policy)
+        self._transport: SyncTransport = HttpTransport(self.base_url, headers, timeout, policy, transport)
 
     @classmethod
     def local(
@@ -71,21 +67,13 @@ class Client(SyncTools):
         from .local import AsyncLocal, ThreadedLocal
 
         self = cls.__new__(cls)
-        self.base_url = f"local:{data_dir}"
-        self.retry_policy = RetryPolicy(0)
+        self._in_process(data_dir)
         inner = AsyncLocal(data_dir, embedder=embedder, client_id=client_id, session_id=session_id, settings=settings)
         self._transport = ThreadedLocal(inner)
-        self._closed = False
         return self
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def _invoke(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        if self._closed:
-            raise RuntimeError("this client is closed")
-        sent, idempotent = prepare(tool, args)
+        sent, idempotent = self._prepared(tool, args)
         return self._transport.call(tool, sent, idempotent)
 
     def call(self, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -108,9 +96,7 @@ class Client(SyncTools):
         position of the first event to deliver; ``after``: a position already seen (deliver
         what follows it); neither: from now on. A dropped connection or a server's cut-off is
         resumed where the stream stood (``reconnect=False``: the iteration ends instead)."""
-        if self._closed:
-            raise RuntimeError("this client is closed")
-        cursor = FeedCursor(agent_id, types, start, after)
+        cursor = self._cursor(agent_id, types, start, after)
         if isinstance(self._transport, HttpTransport):
             return EventStream.over_http(self._transport.http, self.retry_policy, cursor, reconnect)
         from .local import ThreadedLocal
@@ -132,6 +118,3 @@ class Client(SyncTools):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return f"Client({self.base_url!r})"

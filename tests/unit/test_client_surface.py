@@ -188,3 +188,31 @@ def test_a_token_names_the_caller_and_x_client_id_only_without_one() -> None:
     without = headers_for(None, "bot-7", None)
     assert without["x-client-id"] == "bot-7" and "authorization" not in without and "x-session-id" not in without
     assert "x-client-id" not in headers_for(None, None, None)
+
+
+def test_an_exchange_decides_each_outcome_without_io() -> None:
+    """The request plan both transports drive: waits to send again, answers, failures raised."""
+    import httpx
+
+    from memstream.client.exchange import Again, ToolExchange
+
+    policy = RetryPolicy(retries=2, backoff=0.5, max_backoff=4.0)
+    read = ToolExchange("http://h", "recall", {"agent_id": "a", "query": "q"}, True, policy)
+    assert read.path == "/v1/tools/recall" and read.content == b'{"agent_id": "a", "query": "q"}'
+    assert read.answered(httpx.Response(503, json={"ok": False, "error": "log_unavailable: x"})) == Again(0.5)
+    assert read.lost(httpx.ReadError("reset")) == Again(1.0)
+    with pytest.raises(Unavailable, match="could not reach memstream at http://h: ReadError"):
+        read.lost(httpx.ReadError("reset"))
+    with pytest.raises(Unavailable) as raised:
+        read.answered(httpx.Response(503, json={"ok": False, "error": "log_unavailable: x"}))
+    assert raised.value.code == "log_unavailable"
+    assert read.answered(httpx.Response(200, json={"ok": True})) == {"ok": True}
+    with pytest.raises(MemstreamError, match="not a JSON object"):
+        read.answered(httpx.Response(200, json=[1]))
+
+    write = ToolExchange("http://h", "reembed", {"model": "m"}, False, policy)
+    with pytest.raises(Unavailable):
+        write.answered(httpx.Response(503, json={"ok": False, "error": "unavailable"}))
+    assert write.lost(httpx.ConnectError("refused")) == Again(0.5)  # never left: safe to send
+    with pytest.raises(Unavailable):
+        write.lost(httpx.ReadTimeout("slow"))  # may have landed: not sent twice
