@@ -81,6 +81,10 @@ class Settings(BaseModel):
     # Under evidence-weighted rrf with both retrievers, a turn whose speaker ("Name: text") the
     # query names has its order value raised by this share; 0 turns it off (docs/eval.md).
     recall_speaker_boost: float = Field(default=0.5, ge=0, le=4)
+    # Under evidence-weighted rrf with both retrievers, a second stage reorders the candidates of
+    # lists three times as deep with a learned linear model (api/query/recall/rerank.py); off:
+    # the first stage's order over the usual depth (docs/eval.md, "Third pass").
+    recall_rerank: Literal["learned", "off"] = "learned"
     confidence_enabled: bool = False
     confidence_ordering: Literal["fusion", "legacy"] = "fusion"
     episode_penalty_enabled: bool = False
@@ -211,6 +215,7 @@ _ENV = {
     "rrf_lexical_weight": "MEMSTREAM_RRF_LEXICAL_WEIGHT",
     "recall_neighbour_weight": "MEMSTREAM_RECALL_NEIGHBOUR_WEIGHT",
     "recall_speaker_boost": "MEMSTREAM_RECALL_SPEAKER_BOOST",
+    "recall_rerank": "MEMSTREAM_RECALL_RERANK",
     "confidence_enabled": "MEMSTREAM_CONFIDENCE_ENABLED",
     "confidence_ordering": "MEMSTREAM_CONFIDENCE_ORDERING",
     "episode_penalty_enabled": "MEMSTREAM_EPISODE_PENALTY_ENABLED",
