@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -97,9 +98,17 @@ def error_for(code: str | None, body: Any, status: int | None = None) -> Memstre
     return cls(message_of(body), code=code, status=status, body=body)
 
 
-def code_of_answer(status: int, body: Any) -> str | None:
-    """The failure code of an HTTP answer. The status names it, except where two codes share one
-    (404, 409, 503): there the answer's text tells them apart, as the server writes it."""
+# The response header a server names a failure's code in (api/faces/http.py ERROR_HEADER).
+ERROR_HEADER = "memstream-error"
+
+
+def code_of_answer(status: int, body: Any, headers: Mapping[str, str] | None = None) -> str | None:
+    """The failure code of an HTTP answer: the one the server names in ``Memstream-Error``. A
+    server older than that header is read by its status, and where two codes share one (404,
+    409, 503) by the answer's text, as such a server writes it."""
+    named = headers.get(ERROR_HEADER) if headers is not None else None
+    if named:
+        return named
     text = message_of(body)
     if status == 404:
         return "unknown_tool" if text.startswith("Unknown tool") else "not_found"

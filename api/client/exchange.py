@@ -38,7 +38,7 @@ def decode(response: httpx.Response) -> Any:
 def refusal(response: httpx.Response) -> MemstreamError:
     """A failure answer as its exception (the body already read)."""
     body = decode(response)
-    return error_for(code_of_answer(response.status_code, body), body, response.status_code)
+    return error_for(code_of_answer(response.status_code, body, response.headers), body, response.status_code)
 
 
 def answer(response: httpx.Response) -> dict[str, Any]:

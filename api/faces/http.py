@@ -54,8 +54,19 @@ STATUS = {
 }
 
 
-def json_response(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+# A failed tool call names its failure code here too, so a client need not tell codes that
+# share a status (404, 409, 503) apart by the text (api/client/errors.py reads it).
+ERROR_HEADER = "memstream-error"
+
+
+def json_response(body: Any, status: int = 200, code: str | None = None) -> Response:
+    headers = None if code is None else {ERROR_HEADER: code}
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def tool_response(body: dict[str, Any], code: str | None) -> Response:
+    """A tool's answer as ``run_tool`` gave it: the status and header its failure code names."""
+    return json_response(body, 200 if code is None else STATUS.get(code, 400), code)
 
 
 def caller_of(request: Request) -> Caller:
@@ -87,7 +98,7 @@ async def call_tool(request: Request) -> Response:
         args["command_id"] = key  # the HTTP spelling of a command id (W9)
     FACE.set("http")
     body, code = await run_tool(request.app.state.engine, caller_of(request), name, args)
-    return json_response(body, 200 if code is None else STATUS.get(code, 400))
+    return tool_response(body, code)
 
 
 # Nested argument models, referenced from the tools' request bodies as components/schemas

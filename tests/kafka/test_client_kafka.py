@@ -13,6 +13,7 @@ import pytest
 from memstream.client import AsyncClient, Client, Conflict, Invalid, Locked, NotFound, UnknownTool
 from memstream.client.results import HistoryResult, RecallResult, StoreResult
 from tests.support.deployment import Deployment
+from tests.support.error_codes import HeaderRecorder
 from tests.support.proxies import ScriptedProxy, TcpRelay
 
 pytestmark = [pytest.mark.kafka]
@@ -25,7 +26,8 @@ async def test_the_client_through_a_kafka_router(deployment: Deployment) -> None
     deployment.router()
     await deployment.ready()
     async with asyncio.timeout(240):
-        with Client(deployment.url, client_id="kafka-notebook") as memory:
+        recorder = HeaderRecorder()
+        with Client(deployment.url, client_id="kafka-notebook", transport=recorder) as memory:
             ids = {}
             for agent in AGENTS:
                 stored = memory.store(agent, f"{agent} grows tomatoes on the balcony")
@@ -54,6 +56,8 @@ async def test_the_client_through_a_kafka_router(deployment: Deployment) -> None
             assert second is not None
             with pytest.raises(Conflict):  # one copy of a text per bucket
                 memory.update_memory(second, "dee grows tomatoes on the balcony")
+            # the worker names each code (Memstream-Error) and the router passes it through
+            assert [c for c in recorder.codes if c] == ["invalid", "not_found", "unknown_tool", "locked", "conflict"]
             assert memory.delete_memory(ids["ada"]).deleted_id == ids["ada"]
             assert memory.list_memories("ada").count == 0
 

@@ -49,6 +49,7 @@ from memstream.client.results import (
 )
 from tests.support.acl import ACL, TOKENS, unique, write_acl
 from tests.support.embedders import HashEmbedder
+from tests.support.error_codes import HeaderRecorder
 from tests.support.proxies import ScriptedProxy
 from tests.support.servers import ServerThread, free_port
 
@@ -165,10 +166,15 @@ def _every_refusal(memory: Client) -> dict[type[MemstreamError], MemstreamError]
 
 
 def test_every_refusal_raises_its_class_over_http(server: ServerThread) -> None:
-    with Client(server.url) as memory:
+    recorder = HeaderRecorder()
+    with Client(server.url, transport=recorder) as memory:
         caught = _every_refusal(memory)
     statuses = {cls: e.status for cls, e in caught.items()}
     assert statuses == {Invalid: 400, NotFound: 404, UnknownTool: 404, Locked: 409, Conflict: 409, TooLarge: 413}
+    # the server names each code (Memstream-Error), and the client's class is that code's
+    assert [c for c in recorder.codes if c] == [e.code for e in caught.values()] == [
+        "invalid", "not_found", "unknown_tool", "locked", "conflict", "too_large"
+    ]  # fmt: skip
     for error in caught.values():
         assert error.body["ok"] is False and str(error)
     assert caught[Invalid].code == "invalid" and caught[Invalid].body["result"] == "rejected"

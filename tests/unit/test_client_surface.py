@@ -216,3 +216,26 @@ def test_an_exchange_decides_each_outcome_without_io() -> None:
     assert write.lost(httpx.ConnectError("refused")) == Again(0.5)  # never left: safe to send
     with pytest.raises(Unavailable):
         write.lost(httpx.ReadTimeout("slow"))  # may have landed: not sent twice
+
+
+@pytest.mark.parametrize(
+    ("status", "text", "named", "cls"),
+    [
+        (409, "Memory 9 not found, not owned by agent, or locked", "locked", Locked),
+        (409, "Memory 9 is locked and cannot be edited", "conflict", Conflict),
+        (404, "Unknown tool: x", "not_found", NotFound),
+        (404, "Memory 9 not found", "unknown_tool", UnknownTool),
+        (503, "broker down", "log_unavailable", Unavailable),
+    ],
+)
+def test_the_code_a_server_names_wins_over_its_text(status: int, text: str, named: str, cls: type) -> None:
+    """A server names the code in Memstream-Error; the text is read only when it does not."""
+    import httpx
+
+    from memstream.client.exchange import answer
+
+    body = {"ok": False, "error": text}
+    with pytest.raises(cls) as raised:
+        answer(httpx.Response(status, json=body, headers={"Memstream-Error": named}))
+    assert raised.value.code == named and raised.value.status == status
+    assert code_of_answer(status, body, {}) == code_of_answer(status, body)  # an older server: by text

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
@@ -22,7 +23,7 @@ from starlette.routing import Route
 from memstream.api.faces.auth import BearerAuth
 from memstream.api.faces.console.routes import add_console_routes
 from memstream.api.faces.feed import add_feed_route
-from memstream.api.faces.http import TOOL_ROUTES, caller_of, json_response
+from memstream.api.faces.http import ERROR_HEADER, TOOL_ROUTES, caller_of, json_response
 from memstream.api.faces.mcp import McpHttpApp
 from memstream.api.faces.mcp_resources import source_changes
 from memstream.api.faces.origin import OriginGuard, origin_policy
@@ -101,6 +102,12 @@ class Owners:
             await asyncio.wait_for(self.changed.wait(), timeout)
 
 
+# The failure code the worker named (its Memstream-Error header) for the answer being forwarded:
+# set by ``post`` and read by ``forward`` in the one task serving the request, so it rides beside
+# the (status, body) every route returns.
+WORKER_CODE: ContextVar[str | None] = ContextVar("worker_code", default=None)
+
+
 class Router:
     """Forwards calls to the workers owning their partitions; in ACL mode (``acl``) it first
     checks the caller's grants and audits denials (api/kafka/router/gate.py)."""
@@ -155,8 +162,11 @@ class Router:
             args = parse_arguments(body)
         except ValueError as exc:
             return json_response(failure(f"invalid JSON body: {exc}"), 400)
+        WORKER_CODE.set(None)
         status, content = await self.forward_raw(name, args, body, headers, caller)
-        return Response(content, status_code=status, media_type="application/json")
+        code = WORKER_CODE.get()
+        named = None if code is None or status == 200 else {ERROR_HEADER: code}
+        return Response(content, status_code=status, media_type="application/json", headers=named)
 
     async def call(self, caller: Caller, name: str, args: Any) -> dict[str, Any]:
         """One tool call for the MCP face: the JSON body the owning worker answered."""
@@ -362,6 +372,7 @@ class Router:
                     why = f"owner {url} unreachable: {type(exc).__name__}"  # gone: wait for the next one
                 else:
                     if status != 421:
+                        WORKER_CODE.set(r.headers.get(ERROR_HEADER))
                         return status, content
                     why = f"{url} no longer owns partition {partition}"
             await self.owners.wait_change(0.25)

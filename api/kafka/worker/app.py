@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
-from memstream.api.faces.http import STATUS, caller_of, json_response
+from memstream.api.faces.http import caller_of, json_response, tool_response
 from memstream.api.kafka.wire import PARTITION_HEADER, TRANSFER_TOOLS, route_partition
 from memstream.api.kafka.worker import checkpoints
 from memstream.api.kafka.worker.append_fold import plan_feed
@@ -350,8 +350,8 @@ def worker_app(worker: Worker) -> Starlette:
         try:
             body, code = await run_tool(engine, caller, name, args)
         except TimeoutError as exc:
-            return json_response(failure(f"log_unavailable: {exc}"), 503)
-        return json_response(body, 200 if code is None else STATUS.get(code, 400))
+            return json_response(failure(f"log_unavailable: {exc}"), 503, "log_unavailable")
+        return tool_response(body, code)
 
     async def health(request: Request) -> Response:
         owned = {str(p): m.offset for p, m in sorted(worker.models.items())}
