@@ -17,7 +17,7 @@ import orjson
 
 from memstream.projections.redaction import fold_form, is_redacted, sees_redacted
 from memstream.streams.events import decode
-from memstream.streams.folding import bulk_fold
+from memstream.streams.folding import bulk_fold, collector_paused
 from memstream.streams.log.port import EventLog
 from memstream.streams.snapshots import SnapshotStore
 
@@ -134,17 +134,18 @@ class ProjectionRunner:
         that projection starts empty: the log rebuilds it."""
         if self.snapshots is None:
             return
-        for i, p in enumerate(self.projections):
-            body = self.snapshots.load(p.name)
-            if body is None:
-                continue
-            try:
-                p.load_snapshot(body["state"])
-                p.offset = body["offset"]
-            except Exception as exc:
-                log.warning("checkpoint of %s is unusable (%s); rebuilding it from the log", p.name, exc)
-                fresh = self._factories[p.name]()
-                self.projections[i] = self._by_name[p.name] = fresh
+        with collector_paused():
+            for i, p in enumerate(self.projections):
+                body = self.snapshots.load(p.name)
+                if body is None:
+                    continue
+                try:
+                    p.load_snapshot(body["state"])
+                    p.offset = body["offset"]
+                except Exception as exc:
+                    log.warning("checkpoint of %s is unusable (%s); rebuilding it from the log", p.name, exc)
+                    fresh = self._factories[p.name]()
+                    self.projections[i] = self._by_name[p.name] = fresh
 
     def checkpoint(self) -> None:
         if self.snapshots is not None:

@@ -18,7 +18,7 @@ from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
 from memstream.streams.decision.limits import Limits
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, decode
-from memstream.streams.folding import bulk_fold
+from memstream.streams.folding import bulk_fold, collector_paused
 from memstream.streams.log.port import Committed, LogUnavailable
 from memstream.streams.log.sealing import ERASURE_TYPES, Sealer
 from memstream.streams.log.sqlite import SqliteLog
@@ -39,13 +39,14 @@ class _Pending:
 def restore_decision_state(log_: SqliteLog, snapshots: SnapshotStore | None) -> DecisionState:
     """The decision state of its snapshot, if sound and compatible (else empty), not caught up."""
     if snapshots is not None:
-        body = snapshots.load(DECISION_SNAPSHOT)
-        if (
-            body is not None
-            and body.get("format") == DecisionState.FORMAT
-            and body.get("num_partitions") == log_.num_partitions
-        ):
-            return DecisionState.from_snapshot(body)
+        with collector_paused():
+            body = snapshots.load(DECISION_SNAPSHOT)
+            if (
+                body is not None
+                and body.get("format") in DecisionState.FORMATS
+                and body.get("num_partitions") == log_.num_partitions
+            ):
+                return DecisionState.from_snapshot(body)
     return DecisionState(log_.num_partitions)
 
 

@@ -13,6 +13,7 @@ from memstream.streams.decision.associations.index import AssocIndex
 from memstream.streams.decision.facts import AgentDecisionState, MemoryFacts, intern_models, models_of, with_model
 from memstream.streams.decision.keys import content_key, source_id_of
 from memstream.streams.decision.memo import memo_from_json, memo_of_event, memo_to_json
+from memstream.streams.decision.snapshot import memories_from_columns, memories_to_columns
 
 # Events a destroyed key leaves nothing of for the rules (the others' clear ids suffice).
 REDACTED_SKIPS: Final = frozenset(
@@ -33,8 +34,10 @@ REDACTED_SKIPS: Final = frozenset(
 class DecisionState:
     """The fold of the whole log (all partitions an owner holds) that deciders consult."""
 
-    # The snapshot layout; a snapshot of another format is discarded and the state refolded.
-    FORMAT: Final = 2
+    # The snapshot layout written; ``FORMATS`` load, a snapshot of another format is discarded
+    # and the state refolded. Format 3 holds format 2's content, its memories as columns.
+    FORMAT: Final = 3
+    FORMATS: Final = frozenset({2, 3})
 
     def __init__(self, num_partitions: int) -> None:
         self.num_partitions = num_partitions
@@ -184,16 +187,30 @@ class DecisionState:
 
     # -- snapshot and digest ----------------------------------------------------------------
 
+    def canonical(self) -> dict[str, Any]:
+        """The state's canonical form (format 2's layout, one row per memory): equal states give
+        byte-equal JSON. The digest is over it, whatever format the snapshot is written in."""
+        return self._snapshot(columns=False)
+
     def to_snapshot(self) -> dict[str, Any]:
-        """A canonical, JSON-able form: equal states give byte-equal snapshots."""
+        """The snapshot written to disk: the canonical form with each agent's memories as
+        columns (``snapshot.py``), which a restart loads without an object per field."""
+        return self._snapshot(columns=True)
+
+    def _snapshot(self, *, columns: bool) -> dict[str, Any]:
         agents = {}
         for name in sorted(self.agents):
             st = self.agents[name]
-            agents[name] = {
-                "memories": [
+            memories: Any
+            if columns:
+                memories = memories_to_columns(st.memories)
+            else:
+                memories = [
                     [mid, f.project, f.channel, f.msg_id, f.content_key.hex(), f.source_id, f.locked, list(f.models)]
                     for mid, f in sorted(st.memories.items())
-                ],
+                ]
+            agents[name] = {
+                "memories": memories,
                 "episodes": [[eid, list(models)] for eid, models in sorted(st.episodes.items())],
                 "has_profile": st.has_profile,
                 "model": st.model,
@@ -202,7 +219,7 @@ class DecisionState:
             if st.assoc is not None:
                 agents[name]["assoc"] = st.assoc.to_snapshot()
         return {
-            "format": self.FORMAT,
+            "format": self.FORMAT if columns else 2,
             "num_partitions": self.num_partitions,
             "next_seq": self.next_seq,
             "event_offset": self.event_offset,
@@ -212,26 +229,32 @@ class DecisionState:
 
     @classmethod
     def from_snapshot(cls, snap: dict[str, Any]) -> DecisionState:
+        if snap.get("format") not in cls.FORMATS:
+            raise ValueError(f"decision snapshot format {snap.get('format')!r}")
         state = cls(snap["num_partitions"])
         state.next_seq = list(snap["next_seq"])
         state.event_offset = snap["event_offset"]
         state.audit_offset = snap["audit_offset"]
         for name, a in snap["agents"].items():
             st = state.agent(name)
-            for mid, project, channel, msg_id, key, source_id, locked, models in a["memories"]:
-                # Strings many memories repeat are held once (the read models intern the same).
-                facts = MemoryFacts(
-                    intern(project),
-                    intern(channel),
-                    msg_id,
-                    bytes.fromhex(key),
-                    intern(source_id),
-                    locked,
-                    intern_models(*models),
-                )
-                st.memories[mid] = facts
+            if snap["format"] == 2:
+                for mid, project, channel, msg_id, key, source_id, locked, models in a["memories"]:
+                    # Strings many memories repeat are held once (the read models intern the same).
+                    facts = MemoryFacts(
+                        intern(project),
+                        intern(channel),
+                        msg_id,
+                        bytes.fromhex(key),
+                        intern(source_id),
+                        locked,
+                        intern_models(*models),
+                    )
+                    st.memories[mid] = facts
+                st.memories = dict(sorted(st.memories.items()))
+            else:
+                st.memories = memories_from_columns(a["memories"])  # in id order
             # Index maps are rebuilt in id order, the order the fold first saw them.
-            for mid, f in sorted(st.memories.items()):
+            for mid, f in st.memories.items():
                 if f.msg_id is not None:
                     st.by_msg.setdefault((f.project, f.msg_id), mid)
                 st.by_content.setdefault((f.project, f.channel, f.content_key), mid)
@@ -244,7 +267,7 @@ class DecisionState:
         return state
 
     def digest(self) -> str:
-        snap = self.to_snapshot()
+        snap = self.canonical()
         snap.pop("event_offset")
         snap.pop("audit_offset")
         return hashlib.sha256(orjson.dumps(snap)).hexdigest()

@@ -1,0 +1,125 @@
+"""The decision state's memories as columns in its snapshot (format 3): one array per field.
+
+A restart loads every memory's dedup facts. As one JSON list per memory (format 2) that was a
+million small objects to parse at 100k memories; as columns it is a few base64 strings and
+short tables. The digest stays over the format-2 rows (``DecisionState.canonical``), so states
+compare across formats."""
+
+from __future__ import annotations
+
+import base64
+from sys import intern
+from typing import Any
+
+import numpy as np
+
+from memstream.streams.decision.facts import MemoryFacts, intern_models
+
+_KEY_BYTES = 16  # keys.content_key's digest size
+
+
+def _b64(arr: np.ndarray | bytes) -> str:
+    return base64.b64encode(arr if isinstance(arr, bytes) else arr.tobytes()).decode("ascii")
+
+
+def _unb64(text: str, dtype: str, n: int) -> np.ndarray:
+    arr = np.frombuffer(base64.b64decode(text, validate=True), dtype=dtype)
+    if arr.shape[0] != n:
+        raise ValueError(f"column of {arr.shape[0]} entries, expected {n}")
+    return arr
+
+
+class _Table:
+    """Distinct values in first-seen order, each row naming its value by index."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def of(self, value: Any) -> int:
+        i = self.index.get(value)
+        if i is None:
+            i = self.index[value] = len(self.values)
+            self.values.append(value)
+        return i
+
+
+def memories_to_columns(memories: dict[int, MemoryFacts]) -> dict[str, Any]:
+    """The memories in id order as columns: ids, string and model-set tables with an index
+    column each, the content keys as one byte string, the few msg ids and locks sparse."""
+    ids = sorted(memories)
+    n = len(ids)
+    strings, model_sets = _Table(), _Table()
+    project = np.empty(n, "<u4")
+    channel = np.empty(n, "<u4")
+    source = np.empty(n, "<u4")
+    models = np.empty(n, "<u4")
+    keys = bytearray()
+    msg_ids: list[list[Any]] = []
+    locked: list[int] = []
+    for row, mid in enumerate(ids):
+        f = memories[mid]
+        project[row] = strings.of(f.project)
+        channel[row] = strings.of(f.channel)
+        source[row] = strings.of(f.source_id)
+        models[row] = model_sets.of(f.models)
+        if len(f.content_key) != _KEY_BYTES:
+            raise ValueError(f"memory {mid}: content key of {len(f.content_key)} bytes")
+        keys += f.content_key
+        if f.msg_id is not None:
+            msg_ids.append([row, f.msg_id])
+        if f.locked:
+            locked.append(row)
+    return {
+        "n": n,
+        "ids": _b64(np.asarray(ids, "<i8")),
+        "strings": strings.values,
+        "project": _b64(project),
+        "channel": _b64(channel),
+        "source": _b64(source),
+        "model_sets": [list(m) for m in model_sets.values],
+        "models": _b64(models),
+        "content_keys": _b64(bytes(keys)),
+        "msg_ids": msg_ids,
+        "locked": locked,
+    }
+
+
+def memories_from_columns(cols: dict[str, Any]) -> dict[int, MemoryFacts]:
+    """The memories by id, in id order; raises ``ValueError`` (and the like) on a damaged layout."""
+    n = cols["n"]
+    id_column = _unb64(cols["ids"], "<i8", n)
+    if n > 1 and not bool(np.all(id_column[1:] > id_column[:-1])):
+        raise ValueError("memory ids not in ascending order")
+    ids = id_column.tolist()
+    strings = np.array([intern(s) for s in cols["strings"]] or [""], dtype=object)
+    sets = np.empty(max(1, len(cols["model_sets"])), dtype=object)
+    sets[:] = [intern_models(*m) for m in cols["model_sets"]] or [()]
+
+    def pick(table: np.ndarray, column: str) -> list[Any]:
+        index = _unb64(cols[column], "<u4", n)
+        if n and int(index.max()) >= len(table):
+            raise ValueError(f"column {column} names a value past its table")
+        return table[index].tolist()  # type: ignore[no-any-return]
+
+    raw_keys = base64.b64decode(cols["content_keys"], validate=True)
+    if len(raw_keys) != n * _KEY_BYTES:
+        raise ValueError("content keys column of the wrong length")
+    keys = [raw_keys[at : at + _KEY_BYTES] for at in range(0, n * _KEY_BYTES, _KEY_BYTES)]
+    msg_ids: list[str | None] = [None] * n
+    for row, msg_id in cols["msg_ids"]:
+        msg_ids[row] = msg_id
+    locked = [False] * n
+    for row in cols["locked"]:
+        locked[row] = True
+    facts = map(
+        MemoryFacts,
+        pick(strings, "project"),
+        pick(strings, "channel"),
+        msg_ids,
+        keys,
+        pick(strings, "source"),
+        locked,
+        pick(sets, "models"),
+    )
+    return dict(zip(ids, facts, strict=True))
