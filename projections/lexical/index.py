@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
+from collections.abc import Iterable
 from sys import intern
 from typing import Final
 
@@ -132,6 +133,22 @@ class AgentIndex:
                 self.peak.pop(t, None)
         if self.dead >= COMPACT_MIN_DEAD and self.dead > len(self.slot_of):
             self.compact()
+
+    def remove_many(self, refs: Iterable[str]) -> None:
+        """Remove several rows at once (a deletion or erasure of many). Past half the live
+        rows, the rest are re-indexed from their text instead (``rebuild``): each ``remove``
+        re-tokenises the text it drops, so erasing an agent's 100k rows one by one spent
+        seconds tokenising them again and compacting on the way."""
+        gone = [ref for ref in dict.fromkeys(refs) if ref in self.slot_of]
+        if 2 * len(gone) <= len(self.slot_of):
+            for ref in gone:
+                self.remove(ref)
+            return
+        for ref in gone:
+            slot = self.slot_of.pop(ref)
+            self.texts[slot] = None
+            self.alive[slot] = False
+        self.rebuild()
 
     def live_rows(self) -> list[tuple[str, str, str, int, str]]:
         """(ref, project, channel, seq, text) of every live row, oldest creation first."""

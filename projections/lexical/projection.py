@@ -88,10 +88,8 @@ class LexicalProjection:
             p = ev["payload"]
             idx = self.agents.get(ev["scope"]["agent_id"])
             if idx is not None:
-                for mid in p.get("memory_ids", ()):
-                    idx.remove(f"mem:{mid}")
-                for eid in p.get("episode_ids", ()):
-                    idx.remove(f"ep:{eid}")
+                refs = [f"mem:{mid}" for mid in p.get("memory_ids", ())]
+                idx.remove_many(refs + [f"ep:{eid}" for eid in p.get("episode_ids", ())])
 
     # -- reads --------------------------------------------------------------------------
 

@@ -232,6 +232,21 @@ def test_agent_data_deleted_removes_listed_rows_and_keeps_the_rest() -> None:
     assert "a" not in p.to_snapshot()["agents"]
 
 
+@pytest.mark.parametrize("removed", [3, 12, 20])  # under half the rows (one by one), over, all
+def test_removing_many_rows_at_once_answers_as_removing_them_one_by_one(removed: int) -> None:
+    rows = [stored(i, f"row {i} about topic{i % 3} and tag{i:02d}x{'z' * (i % 4)}") for i in range(1, 21)]
+    at_once, one_by_one = fold(*rows), fold(*rows)
+    fold(wiped(list(range(1, removed + 1)), []), proj=at_once)
+    for i in range(1, removed + 1):
+        fold(deleted(i), proj=one_by_one)
+    assert at_once.to_snapshot() == one_by_one.to_snapshot()
+    for q in ("topic0", "topic1", "row", "tag05", "tag19xzzz", "about"):
+        assert at_once.search(A, q, 20) == one_by_one.search(A, q, 20)
+        assert at_once.keyword(A, q, 20) == one_by_one.keyword(A, q, 20)
+    if removed == 20:  # an erased agent keeps no word of its texts in the index
+        assert not at_once.agents["a"].kw.words and not at_once.agents["a"].post
+
+
 def test_episode_text_is_summary_and_keywords() -> None:
     p = fold(archived(1, "talked about the quarterly plan", "okr, roadmap"))
     assert refs(p.search(A, "roadmap", 5)) == ["ep:1"]
