@@ -50,7 +50,7 @@ class Agent:
     def find_all(self, key: int) -> list[Segment]:
         """The segments holding the key: one, or one per model while a re-embed is under way."""
         kind = key & 1
-        return [seg for (_, k), seg in self.segs.items() if k == kind and key in seg.pos_of]
+        return [seg for (_, k), seg in self.segs.items() if k == kind and seg.has(key)]
 
     def model_live(self, model: str) -> int:
         return sum(s.live for (m, _), s in self.segs.items() if m == model)
@@ -60,5 +60,5 @@ class Agent:
         keys: set[int] = set()
         for (m, _), seg in self.segs.items():
             if m == model:
-                keys.update(seg.pos_of)
+                keys.update(seg.live_keys())
         return keys

@@ -70,7 +70,7 @@ def add_pending(g: Graph, dim: int, segments: Sequence[Segment], config: HnswCon
         kk = keys[(keys & 1) == seg.kind]
         for a in range(0, len(kk), step):
             part = kk[a : a + step]
-            pos = np.fromiter((seg.pos_of[k] for k in part.tolist()), dtype=np.int64, count=len(part))
+            pos = np.fromiter((seg.at(k) for k in part.tolist()), dtype=np.int64, count=len(part))
             g.index.add(part.astype(np.uint64), seg.gather(pos), threads=0)
     g.pending.clear()
     return built

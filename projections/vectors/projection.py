@@ -194,7 +194,7 @@ class VectorProjection:
         self._hash = (self._hash + ghost_hash(key, ag.name, ag.bucket_list[bucket], recency)) % MOD
 
     def _remove_row(self, ag: Agent, seg: Segment, key: int) -> tuple[int, int]:
-        pos = seg.pos_of[key]
+        pos = seg.at(key)
         bucket, recency = int(seg.buckets[pos]), int(seg.offs[pos])
         vec = seg.row(pos).tobytes()
         self._hash = (self._hash - row_hash(key, ag.name, ag.bucket_list[bucket], seg.model, recency, vec)) % MOD
@@ -233,7 +233,7 @@ class VectorProjection:
 
     def _overwrite(self, ag: Agent, seg: Segment, key: int, vec: np.ndarray) -> None:
         """Replace a row's vector in place: it keeps its position, so the window needs no sort."""
-        pos = seg.pos_of[key]
+        pos = seg.at(key)
         bucket, recency = int(seg.buckets[pos]), int(seg.offs[pos])
         bk = ag.bucket_list[bucket]
         old = seg.row(pos)
@@ -283,7 +283,7 @@ class VectorProjection:
             self._remove_row(ag, same[0], key)
             segs = ag.find_all(key)
         if segs:
-            pos = segs[0].pos_of[key]
+            pos = segs[0].at(key)
             bucket, recency = int(segs[0].buckets[pos]), int(segs[0].offs[pos])
         else:
             ghost = ag.ghosts.get(key)
@@ -301,7 +301,7 @@ class VectorProjection:
         for (m, _kind), seg in list(ag.segs.items()):
             if m == model:
                 continue
-            for key in list(seg.pos_of):
+            for key in seg.live_keys():
                 others = [s for s in ag.find_all(key) if s.model == model]
                 bucket, recency = self._remove_row(ag, seg, key)
                 if not others:  # only in a log the decider did not write; keep the record known
@@ -361,7 +361,7 @@ class VectorProjection:
         kind, _, ident = ref.partition(":")
         key = row_key(KIND_OF[kind], int(ident))
         seg = ag.segs.get((model, key & 1))
-        return seg is not None and key in seg.pos_of
+        return seg is not None and seg.has(key)
 
     def models(self, agent_id: str) -> dict[str, int]:
         """Live rows per model for an agent."""

@@ -118,7 +118,7 @@ def far(
         if b is None:
             continue
         seg, lo, hi = b
-        pos = seg.pos_of.get(key)
+        pos = seg.pos(key)
         if pos is None or not (lo <= pos <= hi):
             continue
         if lut is not None and not lut[seg.buckets[pos]]:
@@ -129,7 +129,7 @@ def far(
         if b is None:
             continue
         seg, lo, hi = b
-        pos = seg.pos_of.get(key)
+        pos = seg.pos(key)
         if pos is not None and lo <= pos <= hi and (lut is None or lut[seg.buckets[pos]]):
             picked[key & 1].append(pos)
     total = len(picked[MEM]) + len(picked[EP])

@@ -19,6 +19,9 @@ class Segment:
     """The rows of one (agent, model, kind), recency-ordered when ``sorted``."""
 
     __slots__ = (
+        "_base_keys",
+        "_base_pos",
+        "_extra",
         "alive",
         "buckets",
         "chunks",
@@ -30,7 +33,6 @@ class Segment:
         "model",
         "n",
         "offs",
-        "pos_of",
         "sorted",
     )
 
@@ -47,7 +49,12 @@ class Segment:
         self.alive = np.empty(capacity, np.bool_)
         self.inv = np.empty(capacity, np.float32)  # 1/|v| (0 for a zero vector): derived, not state
         self.chunks: list[np.ndarray] = []
-        self.pos_of: dict[int, int] = {}
+        # key -> position: rows as of the last compaction (or load) as a sorted key array with
+        # their positions (None: the keys ascend with position, the usual case), rows appended
+        # since in a dict. A dict for every row held ~250 B per row at 100k; this holds 8-12.
+        self._base_keys = np.empty(0, np.int64)
+        self._base_pos: np.ndarray | None = None
+        self._extra: dict[int, int] = {}
 
     @property
     def live(self) -> int:
@@ -76,14 +83,55 @@ class Segment:
         self.buckets[n] = bucket
         self.alive[n] = True
         self.inv[n] = inv_norm(vec)
-        self.pos_of[key] = n
+        self._extra[key] = n
         self.n = n + 1
+
+    def index_rows(self) -> None:
+        """Index the ``n`` rows held now by key (after a compaction or a load: all alive)."""
+        keys = self.keys[: self.n]
+        if len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1])):
+            self._base_keys, self._base_pos = keys.copy(), None
+        else:
+            order = np.argsort(keys, kind="stable")
+            self._base_keys, self._base_pos = keys[order], order.astype(np.int32)
+        self._extra = {}
+
+    def pos(self, key: int) -> int | None:
+        """The position of the key's live row, or None."""
+        p = self._extra.get(key)
+        if p is not None:
+            return p
+        base = self._base_keys
+        if not len(base) or key > base[-1] or key < base[0]:
+            return None
+        i = int(np.searchsorted(base, key))
+        if base[i] != key:
+            return None
+        p = i if self._base_pos is None else int(self._base_pos[i])
+        return p if self.alive[p] else None
+
+    def has(self, key: int) -> bool:
+        return self.pos(key) is not None
+
+    def at(self, key: int) -> int:
+        """The position of the key's live row; ``KeyError`` when it has none."""
+        p = self.pos(key)
+        if p is None:
+            raise KeyError(key)
+        return p
+
+    def live_keys(self) -> list[int]:
+        """The keys of the live rows, in position order."""
+        n = self.n
+        return self.keys[:n][self.alive[:n]].tolist()  # type: ignore[no-any-return]
 
     def row(self, pos: int) -> np.ndarray:
         return self.chunks[pos // CHUNK][pos % CHUNK]
 
     def kill(self, key: int) -> int:
-        pos = self.pos_of.pop(key)
+        pos = self._extra.pop(key, None)
+        if pos is None:
+            pos = self.at(key)
         self.alive[pos] = False
         self.dead += 1
         return pos
@@ -145,7 +193,7 @@ class Segment:
         self.n = m
         self.dead = 0
         self.sorted = True
-        self.pos_of = dict(zip(self.keys[:m].tolist(), range(m), strict=True))
+        self.index_rows()
 
     def maybe_compact(self) -> None:
         if not self.sorted or (self.dead > 1024 and self.dead * 4 > self.n):

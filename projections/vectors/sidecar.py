@@ -154,7 +154,7 @@ def read_vectors(mv: memoryview, body: dict[str, Any]) -> tuple[dict[str, Agent]
                 last = np.empty((CHUNK, dim), np.float32)
                 last[:rest] = vecs[full * CHUNK :]
                 seg.chunks.append(last)
-            seg.pos_of = dict(zip(seg.keys[:n].tolist(), range(n), strict=True))
+            seg.index_rows()
             for b, cnt in zip(*np.unique(seg.buckets[:n], return_counts=True), strict=True):
                 ag.counts[int(b)] += int(cnt)
             ag.segs[(s["model"], s["kind"])] = seg

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memstream.projections.runner import digest_of
 from memstream.projections.scope import ScopeFilter
@@ -343,3 +344,35 @@ def test_graph_maintenance_never_changes_the_state(spec: list[tuple[Any, ...]]) 
             assert len(g[1]) == len(e[1])
         else:
             assert g == e
+
+
+# -- the segment's key index -------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "kill", "compact"]), st.integers(0, 40)), max_size=120))
+def test_segment_key_index_matches_a_dict(script: list[tuple[str, int]]) -> None:
+    """Positions by key, through appends, kills and compactions (keys in any order, so the
+    sorted-array part is also used with its position column), equal a plain dict's."""
+    from memstream.projections.vectors.segment import Segment
+
+    seg = Segment("m", 0, 2, capacity=4)
+    ref: dict[int, int] = {}
+    recency = itertools.count()
+    for op, n in script:
+        key = (n * 7919 % 41) << 1  # keys in no particular order
+        if op == "add" and key not in ref:
+            seg.append(key, next(recency), 0, np.array([1.0, float(n)], np.float32))
+            ref[key] = seg.n - 1
+        elif op == "kill" and key in ref:
+            assert seg.kill(key) == ref.pop(key)
+        elif op == "compact":
+            seg.compact()
+            ref = {k: p for p, k in enumerate(seg.keys[: seg.n].tolist())}
+        for probe in range(0, 84, 2):
+            assert seg.pos(probe) == ref.get(probe)
+            assert seg.has(probe) == (probe in ref)
+        assert sorted(seg.live_keys()) == sorted(ref)
+        assert seg.live_keys() == sorted(ref, key=ref.__getitem__)
+    with pytest.raises(KeyError):
+        seg.at(1)
