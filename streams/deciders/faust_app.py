@@ -16,6 +16,7 @@ from typing import Any
 import faust
 
 from memstream.streams.deciders.kafka import AppendedHook, Incoming, KafkaDecider
+from memstream.streams.deciders.sealing import KafkaSealing
 from memstream.streams.decision.limits import Limits
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog
 
@@ -42,11 +43,12 @@ def create_app(
     on_revoked: PartitionsHook | None = None,
     on_appended: AppendedHook | None = None,
     tasks: Sequence[Callable[[], Awaitable[None]]] = (),
+    sealing: KafkaSealing | None = None,
 ) -> tuple[faust.App, KafkaDecider]:
     """The faust app of a worker and the decider it drives. ``on_assigned`` / ``on_revoked``
     let the worker's read side follow the partitions the group gives it, ``on_appended`` lets
     the agent fold its read models as it appends; ``tasks`` run for the worker's lifetime (its
-    query server)."""
+    query server); ``sealing`` seals what the decider appends and opens what it folds."""
     faust_dir = Path(tempfile.gettempdir()) / "memstream-faust"
     faust_dir.mkdir(exist_ok=True)
     app = faust.App(
@@ -63,8 +65,8 @@ def create_app(
         broker_heartbeat_interval=heartbeat_s,
         processing_guarantee="at_least_once",
     )
-    kafka = KafkaLog(cfg)
-    decider = KafkaDecider(kafka, limits)
+    kafka = KafkaLog(cfg, sealing)
+    decider = KafkaDecider(kafka, limits, sealing)
     decider.on_appended = on_appended
     commands = app.topic(
         cfg.commands_topic, key_serializer="raw", value_serializer="raw", partitions=cfg.partitions, internal=False

@@ -14,6 +14,7 @@ from typing import Any, Union
 
 from memstream.streams.commands import Command
 from memstream.streams.deciders.codec import CodecError, decode_item, encode_reply
+from memstream.streams.deciders.sealing import KafkaSealing
 from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
 from memstream.streams.decision.limits import Limits
 from memstream.streams.decision.state import DecisionState
@@ -86,8 +87,11 @@ async def fold_partition(kafka: KafkaLog, partition: int) -> DecisionState:
 class KafkaDecider:
     """Decides the commands of the partitions its worker holds (see the module docstring)."""
 
-    def __init__(self, kafka: KafkaLog, limits: Limits | None = None) -> None:
+    def __init__(self, kafka: KafkaLog, limits: Limits | None = None, sealing: KafkaSealing | None = None) -> None:
         self.kafka = kafka
+        # Seals what it appends (docs/erasure.md, "Kafka mode"); None only for component tests.
+        # Its reads open through ``kafka.opener`` (the same store, set by whoever built both).
+        self.sealing = sealing
         self.limits = limits or Limits()
         self.states: dict[int, DecisionState] = {}
         self.decided = 0
@@ -233,25 +237,28 @@ class KafkaDecider:
         self._completing = asyncio.create_task(self._complete(previous, partition, events, audits, pending, replies))
 
     async def _enqueue(self, events: list[NewEvent], audits: list[NewAudit]) -> list[asyncio.Future[Any]]:
-        """Queue the events and audit records in the producer (order kept per partition)."""
+        """Queue the events and audit records in the producer (order kept per partition),
+        sealed when the decider seals."""
         cfg = self.kafka.cfg
+        stored = [(e.value, e.vector) for e in events] if self.sealing is None else self.sealing.seal_events(events)
+        audit_values = [a.value for a in audits] if self.sealing is None else self.sealing.seal_audits(audits)
         event_records = [
             OutRecord(
                 e.partition,
                 e.agent.encode("utf-8", "surrogatepass"),
-                e.value,
-                [("type", e.type.encode())] + ([("vector", e.vector)] if e.vector is not None else []),
+                value,
+                [("type", e.type.encode())] + ([("vector", vector)] if vector is not None else []),
             )
-            for e in events
+            for e, (value, vector) in zip(events, stored, strict=True)
         ]
         audit_records = [
             OutRecord(
                 a.partition,
                 a.agent.encode("utf-8", "surrogatepass"),
-                a.value,
+                value,
                 [("type", a.kind.encode()), ("after_event", str(a.after_event).encode())],
             )
-            for a in audits
+            for a, value in zip(audits, audit_values, strict=True)
         ]
         futures = await self.kafka.enqueue(cfg.events_topic, event_records) if events else []
         futures += await self.kafka.enqueue(cfg.audit_topic, audit_records) if audits else []

@@ -33,7 +33,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from memstream.streams.keys.master import MasterKeyError
+from memstream.streams.keys.master import ENV_FILE, ENV_KEY, MasterKeyError, parse_master_key
 from memstream.streams.keys.port import DEK_BYTES, KEY_ID_BYTES, KeyStore
 
 T = TypeVar("T")
@@ -120,6 +120,25 @@ class KeyTopicBounds:
         ``file_delete_delay_ms``. Cleaning itself takes a moment on a topic this small."""
         rolled = self.segment_ms + self.filler_ms
         return rolled + self.max_compaction_lag_ms + cleaner_backoff_ms + self.file_delete_delay_ms
+
+
+def kafka_master_key(env: Mapping[str, str]) -> tuple[bytes, str]:
+    """The deployment's master key and where it came from: ``MEMSTREAM_MASTER_KEY``, else the
+    file ``MEMSTREAM_MASTER_KEY_FILE`` names. Required: a worker has no data directory of its own
+    to keep one beside, and every router and worker must hold the same one."""
+    if env.get(ENV_KEY):
+        return parse_master_key(env[ENV_KEY], ENV_KEY), ENV_KEY
+    if env.get(ENV_FILE):
+        path = env[ENV_FILE]
+        try:
+            with open(path, encoding="ascii") as f:
+                return parse_master_key(f.read(), path), path
+        except OSError as exc:
+            raise MasterKeyError(f"cannot read {ENV_FILE}={path}: {exc}") from exc
+    raise MasterKeyError(
+        f"Kafka mode needs a master key: set {ENV_KEY} (base64 of 32 bytes) or {ENV_FILE} (a file holding it), "
+        "the same in every router and worker (docs/security.md, 'Master key')"
+    )
 
 
 def keys_topic(cfg: KafkaTarget) -> str:

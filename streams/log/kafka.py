@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -21,6 +22,13 @@ WEEK_MS: Final = 7 * DAY_MS
 
 
 Keep = Callable[[ConsumerRecord[bytes, bytes]], bool]
+
+
+class Opener(Protocol):
+    """Opens a sealed record of the events or audit topics (``KafkaSealing``,
+    streams/deciders/sealing.py): its plaintext value and vector, or its redacted form."""
+
+    def open(self, partition: int, value: bytes, vector: bytes | None) -> tuple[bytes, bytes | None]: ...
 
 
 class KafkaLogError(RuntimeError):
@@ -174,8 +182,9 @@ class KafkaLog:
     consumer without a group (assigned partitions, explicit seeks), so reading from any offset
     never disturbs the workers' consumer group."""
 
-    def __init__(self, cfg: KafkaConfig) -> None:
+    def __init__(self, cfg: KafkaConfig, opener: Opener | None = None) -> None:
         self.cfg = cfg
+        self.opener = opener  # sealed records read are opened with it (None: read as stored)
         self.num_partitions = cfg.partitions
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
@@ -296,11 +305,15 @@ class KafkaLog:
         stop: int | None = None,
         keep: Keep | None = None,
         limit: int = 10_000,
+        *,
+        raw: bool = False,
     ) -> list[ConsumerRecord[bytes, bytes]]:
-        """Raw records (with all their headers) of one partition, ``start <= offset < stop``."""
+        """Records (with all their headers) of one partition, ``start <= offset < stop``, opened
+        (``raw``: as stored, sealed values included)."""
         consumer = self._need_consumer()
         async with self._read_lock:  # one consumer, one assignment at a time
-            return await read_range(consumer, TopicPartition(topic, partition), start, stop, keep, limit)
+            tp = TopicPartition(topic, partition)
+            return await read_range(consumer, tp, start, stop, keep, limit, None if raw else self.opener)
 
     def _need_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:
@@ -315,11 +328,12 @@ async def read_range(
     stop: int | None = None,
     keep: Keep | None = None,
     limit: int = 10_000,
+    opener: Opener | None = None,
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """Records of ``tp`` with ``start <= offset < stop`` (stop: the end now) that ``keep``
-    accepts, at most ``limit``, read with a consumer that has no group (the caller serialises
-    its use: the consumer is re-assigned to ``tp``). Shared by ``KafkaLog`` and the workers'
-    partition log (``api/kafka/worker/partition_log.py``)."""
+    accepts, at most ``limit``, opened with ``opener`` when given, read with a consumer that
+    has no group (the caller serialises its use: the consumer is re-assigned to ``tp``). Shared
+    by ``KafkaLog`` and the workers' partition log (``api/kafka/worker/partition_log.py``)."""
     out: list[ConsumerRecord[bytes, bytes]] = []
     end = (await consumer.end_offsets([tp]))[tp]
     stop = end if stop is None else min(stop, end)
@@ -340,7 +354,7 @@ async def read_range(
                 done = True
                 break
             if keep is None or keep(rec):
-                out.append(rec)
+                out.append(opened(rec, opener))
                 if len(out) >= limit:
                     break
             if rec.offset == stop - 1:
@@ -365,6 +379,26 @@ def matching(agent_id: str | None = None, types: Sequence[str] | None = None) ->
         return wanted_types is None or dict(rec.headers).get("type") in wanted_types
 
     return keep
+
+
+def opened(rec: ConsumerRecord[bytes, bytes], opener: Opener | None) -> ConsumerRecord[bytes, bytes]:
+    """``rec`` with its value and ``vector`` header opened (a clear record comes back as it is;
+    a redacted one without its ``vector`` header). Routing headers and the key stay clear."""
+    if opener is None or not rec.value:
+        return rec
+    vector = None
+    for name, data in rec.headers:
+        if name == "vector":
+            vector = data
+    value, opened_vector = opener.open(rec.partition, rec.value, vector)
+    if value is rec.value:
+        return rec
+    headers = tuple(
+        (name, opened_vector if name == "vector" else data)
+        for name, data in rec.headers
+        if name != "vector" or opened_vector is not None
+    )
+    return dataclasses.replace(rec, value=value, headers=headers, serialized_value_size=len(value))
 
 
 def log_record(rec: ConsumerRecord[bytes, bytes], *, vectors: bool = True) -> LogRecord:

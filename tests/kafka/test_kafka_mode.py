@@ -6,6 +6,7 @@ once the partitions have moved), with nothing acknowledged lost."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -155,7 +156,8 @@ async def test_mcp_over_stdio_in_kafka_mode(deployment: Deployment, tmp_path: Pa
     deployment.router()
     await deployment.ready()
     args = ["-m", "memstream.api.cli", "mcp", *deployment.kafka_args]
-    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(tmp_path))
+    # Its environment, not the MCP client's default one: it carries the deployment's master key.
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(tmp_path), env=dict(os.environ))
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with asyncio.timeout(120), Client(stdio_client(params, errlog=errlog)) as client:
 

@@ -20,6 +20,7 @@ import httpx
 import orjson
 
 from memstream.api.kafka.router.app import FORWARD_DEADLINE_S
+from memstream.streams.deciders.sealing import LazySealing
 from memstream.streams.events import decode
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog
 
@@ -275,7 +276,8 @@ class Storm:
 async def stored_in_log(cfg: KafkaConfig) -> dict[str, list[int]]:
     """Command id -> the ids of the memories its ``memory.stored`` events created, read from
     every partition of the events topic."""
-    kafka = KafkaLog(cfg)
+    opener = LazySealing(cfg)  # the events topic is sealed: opened with the deployment's master key
+    kafka = KafkaLog(cfg, opener)
     await kafka.start()
     out: dict[str, list[int]] = {}
     try:
@@ -286,6 +288,7 @@ async def stored_in_log(cfg: KafkaConfig) -> dict[str, list[int]]:
                     out.setdefault(str(event["command_id"]), []).append(int(event["payload"]["id"]))
     finally:
         await kafka.close()
+        opener.close()
     return out
 
 

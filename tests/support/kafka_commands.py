@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from memstream.streams import commands as c
+from memstream.streams.deciders.sealing import LazySealing
 from memstream.streams.events import Actor, Embedding, Scope, decode, new_id
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog
 
@@ -30,7 +31,8 @@ def store(agent: str, content: str, msg_id: str | None = None, command_id: str |
 
 
 async def all_events(cfg: KafkaConfig) -> list[dict[str, Any]]:
-    kafka = KafkaLog(cfg)
+    opener = LazySealing(cfg)  # the events topic is sealed: opened with the deployment's master key
+    kafka = KafkaLog(cfg, opener)
     await kafka.start()
     try:
         out = []
@@ -39,3 +41,4 @@ async def all_events(cfg: KafkaConfig) -> list[dict[str, Any]]:
         return out
     finally:
         await kafka.close()
+        opener.close()

@@ -444,6 +444,7 @@ def router_app(
                 yield
         finally:
             await router.close()
+            await asyncio.to_thread(feed.close)
 
     routes = [Route("/v1/tools/{name}", call, methods=["POST"]), Route("/health", health)]
     routes.append(Route("/mcp", endpoint=mcp))  # a Route, so POST /mcp itself is served

@@ -30,7 +30,8 @@ from aiokafka.errors import KafkaError
 from memstream.api.faces.feed import FeedRequest, FeedUnavailable, PositionError
 from memstream.api.services.entries import history_entry
 from memstream.api.services.feed import READ_BATCH, FeedCutOff, FeedFilter, frame
-from memstream.streams.log.kafka import KafkaConfig, log_record
+from memstream.streams.deciders.sealing import LazySealing
+from memstream.streams.log.kafka import KafkaConfig, Opener, log_record, opened
 from memstream.streams.log.port import partition_for
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,11 @@ class KafkaFeedItem:
 class KafkaStream:
     """One subscription: a consumer of its partitions, read ahead into a bounded queue."""
 
-    def __init__(self, cfg: KafkaConfig, filter_: FeedFilter, partitions: list[int], buffer: int) -> None:
+    def __init__(
+        self, cfg: KafkaConfig, filter_: FeedFilter, partitions: list[int], buffer: int, opener: Opener | None = None
+    ) -> None:
         self.cfg = cfg
+        self.opener = opener
         self.filter = filter_
         self.partitions = partitions
         self.buffer = buffer
@@ -129,7 +133,7 @@ class KafkaStream:
                 batch = await consumer.getmany(timeout_ms=1000, max_records=READ_BATCH)
                 for tp in sorted(batch, key=lambda t: t.partition):
                     for rec in batch[tp]:
-                        entry = log_record(rec, vectors=False)
+                        entry = log_record(opened(rec, self.opener), vectors=False)
                         if self.filter.admits(entry.agent_id, entry.type):
                             if len(self._queue) >= self.buffer:
                                 reason = f"the subscriber fell more than {self.buffer} events behind"
@@ -186,6 +190,17 @@ class KafkaFeed:
     """The router's ``FeedSource`` (api/faces/feed.py)."""
 
     cfg: KafkaConfig
+    # Opens sealed events; by default the process's key store, made at the first sealed event
+    # (the master key is checked here, at once).
+    opener: Opener | None = None
+
+    def __post_init__(self) -> None:
+        if self.opener is None:
+            object.__setattr__(self, "opener", LazySealing(self.cfg))
+
+    def close(self) -> None:
+        if isinstance(self.opener, LazySealing):
+            self.opener.close()
 
     async def open(self, request: FeedRequest) -> KafkaStream:
         n = self.cfg.partitions
@@ -197,6 +212,6 @@ class KafkaFeed:
         agents = request.agents
         partitions = sorted({partition_for(a, n) for a in agents}) if agents is not None else list(range(n))
         filter_ = FeedFilter.of(agents, request.types, request.readable)
-        stream = KafkaStream(self.cfg, filter_, partitions, request.buffer)
+        stream = KafkaStream(self.cfg, filter_, partitions, request.buffer, self.opener)
         await stream.start(start)
         return stream

@@ -26,7 +26,7 @@ from starlette.routing import Route
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.faces.http import caller_of, json_response, tool_response
 from memstream.api.kafka.wire import PARTITION_HEADER, TRANSFER_TOOLS, route_partition
-from memstream.api.kafka.worker import checkpoints
+from memstream.api.kafka.worker import checkpoints, erasure
 from memstream.api.kafka.worker.append_fold import plan_feed
 from memstream.api.kafka.worker.checkpoints import checkpoint_dir
 from memstream.api.kafka.worker.engine import PartitionEngine
@@ -45,11 +45,12 @@ from memstream.projections.runner import digest_of
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.commands import Command
 from memstream.streams.deciders.kafka import KafkaDecider, NotOwned
+from memstream.streams.deciders.sealing import KafkaSealing
 from memstream.streams.deciders.step import NewEvent
 from memstream.streams.decision.limits import Limits
 from memstream.streams.events import AuditRecord, decode
 from memstream.streams.folding import freeze_long_lived
-from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics, opened
 from memstream.streams.log.port import Committed, partition_for
 from memstream.streams.snapshots import SnapshotStore
 
@@ -74,15 +75,19 @@ class Worker:
         url: str,
         embedder: Embedder | None = None,
         embedders: dict[str, Embedder] | None = None,
+        sealing: KafkaSealing | None = None,
     ) -> None:
         self.cfg = cfg
         self.settings = settings
         self.url = url
         self.worker_id = uuid.uuid4().hex[:12]
         self.embedders = Embedders(settings, embedder, embedders)
+        # The process's key store (docs/erasure.md, "Kafka mode"): every read of the topics opens
+        # through it, the decider seals with it. None only in component tests on clear topics.
+        self.sealing = sealing
         self.bus = KafkaCommandBus(cfg, instance_id=f"worker-{self.worker_id}")
-        self.announcer = KafkaLog(cfg)
-        self.partition_log = KafkaPartitionLog(cfg)  # history and audit reads, as_of replays
+        self.announcer = KafkaLog(cfg, sealing)
+        self.partition_log = KafkaPartitionLog(cfg, opener=sealing)  # history and audit reads, as_of replays
         self.point_in_time = KafkaPointInTime(self.partition_log, settings, self.embedders)
         self.models: dict[int, PartitionModels] = {}
         self.checkpoint_every = settings.kafka_checkpoint_every  # events; 0: no checkpoints
@@ -155,6 +160,9 @@ class Worker:
             ends = await self._consumer.end_offsets(tps)
             for tp in tps:
                 self.models[tp.partition] = await self._open_models(tp.partition, int(ends[tp]))
+                task = asyncio.create_task(self._complete_pending(self.models[tp.partition]))
+                self._checkpoints.add(task)  # held until done, like a checkpoint's task
+                task.add_done_callback(self._checkpoints.discard)
         owned = [TopicPartition(self.cfg.events_topic, p) for p in sorted(self.models)]
         self._consumer.assign(owned)  # resumes every partition: the agent pauses them again
         self.fed.clear()
@@ -186,7 +194,10 @@ class Worker:
         return models
 
     async def _anchor(self, partition: int, offset: int) -> str | None:
-        records = await self.announcer.read_records(self.cfg.events_topic, partition, offset, offset + 1, limit=1)
+        # As stored: an erasure later redacts what the event opens to, not its sealed bytes.
+        records = await self.announcer.read_records(
+            self.cfg.events_topic, partition, offset, offset + 1, limit=1, raw=True
+        )
         if not records or records[0].offset != offset:
             return None
         return checkpoints.anchor_of(records[0].value or b"")
@@ -198,6 +209,7 @@ class Worker:
         if models.store is None or models.checkpointing:
             return
         models.checkpointing = True
+        models.checkpoint_done.clear()
         try:
             async with models.lock:
                 offset = models.offset
@@ -210,10 +222,53 @@ class Worker:
                 raise LookupError(f"event {offset} is not in the topic")
             await asyncio.to_thread(checkpoints.write, models.store, bodies, offset, anchor)
             models.checkpoint_offset = offset
+            await asyncio.to_thread(checkpoints.drop_stale, models.projections)
         except Exception as exc:  # a checkpoint is a shortcut: without one a restart folds more
             log.warning("partition %d: checkpoint failed (%s); will retry later", models.partition, exc)
         finally:
             models.checkpointing = False
+            models.checkpoint_done.set()
+            models.checkpoint_done.clear()
+
+    async def rewrite_checkpoint(self, models: PartitionModels) -> None:
+        """Write the partition's checkpoint now from its read models (after an erasure folded:
+        the new one replaces every snapshot that held the erased record), once a checkpoint
+        being written meanwhile (captured before the erasure, maybe) is done."""
+        if models.store is None:
+            return
+        while models.checkpointing:
+            await models.checkpoint_done.wait()
+        models.checkpoint_offset = None  # due, even at the offset of the last one
+        await self.checkpoint(models)
+        if models.checkpoint_offset is None:  # not written: no older one may keep the record
+            await asyncio.to_thread(checkpoints.remove, models.store)
+            log.warning("partition %d: checkpoint removed after an erasure (rewriting it failed)", models.partition)
+
+    async def settle(self, models: PartitionModels, offset: int) -> None:
+        """Wait until the partition's read models include ``offset``."""
+        p = models.partition
+        self.acked[p] = max(self.acked.get(p, -1), offset)
+        await models.caught_up(offset)
+
+    async def erase(self, models: PartitionModels, committed: Committed, command: Command) -> dict[str, Any]:
+        """Complete an erasure the decider appended (api/kafka/worker/erasure.py)."""
+        offset = committed.offset
+        if offset is None:  # a retried command id: completed again
+            offset = await erasure.erasure_offset(
+                self.announcer, models.partition, command.scope.agent_id, command.command_id
+            )
+        if offset is None:
+            raise LookupError(f"the erasure of command {command.command_id} is not in the events topic")
+        return await erasure.complete(self, models, offset, lambda o: self.settle(models, o))
+
+    async def _complete_pending(self, models: PartitionModels) -> None:
+        try:
+            done = await erasure.complete_pending(self, models, lambda o: self.settle(models, o))
+            if done:
+                log.warning("partition %d: completed %d erasure(s) a previous owner left pending", models.partition,
+                            done)  # fmt: skip
+        except Exception:  # retried at the partition's next assignment
+            log.exception("partition %d: completing pending erasures failed", models.partition)
 
     async def revoked(self, partitions: set[int]) -> None:
         for p in partitions:
@@ -296,6 +351,7 @@ class Worker:
                 async with models.lock:
                     for rec in records:
                         if rec.offset > models.offset:
+                            rec = opened(rec, self.sealing)
                             models.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
                             count += 1
                 models.folded_by_tail += count
@@ -414,7 +470,8 @@ def run_worker(
     sock.bind((host, port))
     sock.listen(128)
     bound = sock.getsockname()[1]
-    worker = Worker(cfg, settings, url=f"http://{host}:{bound}")
+    sealing = KafkaSealing.from_env(cfg)  # the master key is required: MasterKeyError says how to set it
+    worker = Worker(cfg, settings, url=f"http://{host}:{bound}", sealing=sealing)
 
     class _Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -435,6 +492,7 @@ def run_worker(
         on_revoked=worker.revoked,
         on_appended=worker.appended,
         tasks=[serve],
+        sealing=sealing,
     )
     log.warning("memstream worker %s answering at %s", worker.worker_id, worker.url)
     # uvloop, as uvicorn uses for `memstream serve`: a worker's time is mostly event-loop and

@@ -43,6 +43,24 @@ def write(store: SnapshotStore, bodies: list[tuple[str, dict[str, Any]]], offset
     store.save(MARKER, {"format": FORMAT, "offset": offset, "anchor": anchor, "saved_at": time.time()})
 
 
+def drop_stale(projections: list[Any]) -> None:
+    """After a checkpoint is written: sidecars (vectors, graphs) no snapshot on disk names are
+    deleted, as the embedded runner does, so an erased vector lingers in none of them."""
+    for p in projections:
+        drop = getattr(p, "drop_stale_sidecars", None)
+        if drop is not None:
+            drop()
+
+
+def remove(store: SnapshotStore) -> None:
+    """Delete every file of a partition's checkpoint (the marker first: a crash midway leaves
+    no checkpoint, the partition is folded from 0)."""
+    store.drop(MARKER)
+    for path in store.directory.iterdir():
+        if path.is_file():
+            path.unlink(missing_ok=True)
+
+
 def marker(store: SnapshotStore) -> dict[str, Any] | None:
     """The checkpoint's marker ({offset, anchor}) when present and of this format."""
     meta = store.load(MARKER)

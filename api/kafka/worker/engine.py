@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from memstream.api.kafka.worker.models import PartitionModels
 from memstream.api.kafka.worker.partition_log import KafkaPartitionLog
@@ -15,10 +15,10 @@ from memstream.api.services.embedding import Embedder
 from memstream.api.services.failures import mark_rejected
 from memstream.api.services.metrics import Metrics
 from memstream.api.services.named_models import NamedModels
-from memstream.api.services.ports import Engine, Reads
+from memstream.api.services.ports import Engine, Erasing, Reads
 from memstream.api.services.settings import Settings
 from memstream.projections.runner import FoldedModels
-from memstream.streams.commands import Command
+from memstream.streams.commands import Command, EraseAgentData, EraseMemory
 from memstream.streams.deciders.kafka import KafkaDecider
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, Embedding
@@ -40,6 +40,8 @@ class WorkerSide(Protocol):
     decider: KafkaDecider | None
 
     async def submit(self, item: Command | AuditRecord) -> Committed: ...
+
+    async def erase(self, models: PartitionModels, committed: Committed, command: Command) -> dict[str, Any]: ...
 
 
 class PartitionEngine(NamedModels):
@@ -85,6 +87,22 @@ class PartitionEngine(NamedModels):
         if committed.outcome.result == "rejected":
             mark_rejected(committed.outcome.error)
         return committed
+
+    async def erase(self, command: EraseMemory | EraseAgentData) -> dict[str, Any]:
+        """Decide the erasure like any write, then complete it before answering (fold, destroy
+        the keys, rewrite the partition's checkpoint: api/kafka/worker/erasure.py)."""
+        committed = await self.submit(command)
+        if committed.outcome.result != "applied":
+            return {"outcome": committed.outcome}
+        done = await self.worker.erase(self.models, committed, command)
+        ev = done["event"]
+        return {
+            "outcome": committed.outcome,
+            "offset": ev_offset(committed, done),
+            "payload": ev["payload"],
+            "keys_destroyed": done["keys_destroyed"],
+            "unreachable": done["unreachable"],
+        }
 
     async def refuse(self, record: AuditRecord) -> None:
         await self.worker.submit(record)
@@ -136,7 +154,14 @@ class PartitionEngine(NamedModels):
         return await self.embedders.embed(texts, model)
 
 
-def _offers_the_surface(engine: PartitionEngine, models: PartitionModels) -> tuple[Engine, FoldedModels]:
-    """Never called: mypy checks here that a partition's engine offers everything a tool may ask,
-    and that its read models are folded models (as a runner's are)."""
-    return engine, models
+def ev_offset(committed: Committed, done: dict[str, Any]) -> int:
+    """The erasure's offset: the append's, or (a retried command id) the one found in the topic."""
+    return committed.offset if committed.offset is not None else int(done["offset"])
+
+
+def _offers_the_surface(
+    engine: PartitionEngine, models: PartitionModels
+) -> tuple[Engine, FoldedModels, Erasing]:
+    """Never called: mypy checks here that a partition's engine offers everything a tool may ask
+    (erasure included), and that its read models are folded models (as a runner's are)."""
+    return engine, models, engine

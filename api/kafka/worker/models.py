@@ -8,6 +8,7 @@ import time
 
 from memstream.api.services.jobs import ReembedJob
 from memstream.projections.catalog import DEFAULTS, ReadModelOptions, read_models
+from memstream.projections.redaction import fold_form, is_redacted, sees_redacted
 from memstream.streams.events import decode
 from memstream.streams.log.port import LogUnavailable
 from memstream.streams.snapshots import SnapshotStore
@@ -36,16 +37,22 @@ class PartitionModels:
         self.checkpoint_offset: int | None = None  # the last checkpoint written or restored
         self.since_checkpoint = 0
         self.checkpointing = False
+        self.checkpoint_done = asyncio.Event()  # set (then cleared) as each checkpoint ends
         self.jobs: dict[str, ReembedJob] = {}  # admin jobs over this partition's agents (re-embedding)
         self.folded_by_agent = 0  # events folded as the decider appended them (fold-on-append)
         self.folded_by_tail = 0  # events folded from the topic (catch-up and repair)
 
     def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
-        ev = decode(value)
+        """Fold one event as the embedded runner does (``ProjectionRunner.apply``): an erasure
+        as the deletion it lists, an event it redacted only into the folds that keep envelopes
+        (projections/redaction.py)."""
+        ev = fold_form(decode(value))
         if vector is not None:
             ev["vector"] = vector
+        redacted = is_redacted(ev)
         for p in self.projections:
-            p.apply(offset, ev)
+            if not redacted or sees_redacted(p):
+                p.apply(offset, ev)
             p.offset = offset
         self.offset = offset
 

@@ -18,7 +18,7 @@ from memstream.api.services.inputs import InputError
 from memstream.projections.runner import FoldedModels
 from memstream.streams.events import decode, parse_time
 from memstream.streams.folding import bulk_fold
-from memstream.streams.log.kafka import KafkaConfig, log_record, matching, read_range
+from memstream.streams.log.kafka import KafkaConfig, Opener, log_record, matching, opened, read_range
 from memstream.streams.log.port import LogRecord, LogUnavailable
 
 READ_DEADLINE_S = 30.0  # one read (history, audit, an instant's offset), waiting for its turn included
@@ -50,13 +50,15 @@ async def fold_partitions(
     progress: Progress | None = None,
     *,
     offload: bool = False,
+    opener: Opener | None = None,
 ) -> int:
     """Fold each partition of ``models`` (fresh read models) from offset 0 up to its bound
     (exclusive) with ``consumer``; returns how many events were applied. One consumer over
     every partition: the broker streams them all at once, and the fold (not the round trips)
     sets the pace. ``offload``: apply each fetched chunk on a worker thread, so a process that
     also serves calls (a worker answering ``as_of``) stays responsive during a long fold; the
-    models are the fold's own, so nothing else touches them meanwhile."""
+    models are the fold's own, so nothing else touches them meanwhile. ``opener`` opens sealed
+    events (streams/deciders/sealing.py)."""
     pending = {TopicPartition(topic, p) for p in models if bounds[p] > 0}
     total = sum(bounds[p] for p in models)
     done = 0
@@ -70,6 +72,7 @@ async def fold_partitions(
         for rec in records:
             if rec.offset >= bound:
                 break
+            rec = opened(rec, opener)
             m.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
             applied += 1
         return applied
@@ -94,8 +97,9 @@ async def fold_partitions(
 class KafkaPartitionLog:
     """A worker's reader of its partitions of the events and audit topics (see module doc)."""
 
-    def __init__(self, cfg: KafkaConfig, *, deadline_s: float = READ_DEADLINE_S) -> None:
+    def __init__(self, cfg: KafkaConfig, *, deadline_s: float = READ_DEADLINE_S, opener: Opener | None = None) -> None:
         self.cfg = cfg
+        self.opener = opener
         self.deadline_s = deadline_s
         self._consumer: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
@@ -161,7 +165,7 @@ class KafkaPartitionLog:
         order, at most ``limit`` of those matching the agent and types."""
         tp = self._tp(partition, topic)
         async with self._turn(f"reading {tp.topic}[{partition}] from {start}") as consumer:
-            records = await read_range(consumer, tp, start, stop, matching(agent_id, types), limit)
+            records = await read_range(consumer, tp, start, stop, matching(agent_id, types), limit, self.opener)
         return [log_record(rec, vectors=vectors) for rec in records]
 
     async def read_offsets(
@@ -188,7 +192,7 @@ class KafkaPartitionLog:
                     if i == len(wanted):
                         break
                     if rec.offset == wanted[i]:
-                        out.append(log_record(rec))
+                        out.append(log_record(opened(rec, self.opener)))
                         i += 1
             consumer.pause(tp)
         return out
@@ -211,7 +215,7 @@ class KafkaPartitionLog:
                 for rec in batch.get(tp, []):
                     if rec.offset >= hi:
                         break
-                    if parse_time(decode(rec.value or b"{}")["occurred_at"]) > when:
+                    if parse_time(decode(opened(rec, self.opener).value or b"{}")["occurred_at"]) > when:
                         hi = rec.offset
                         break
                     lo = rec.offset + 1
@@ -227,7 +231,8 @@ class KafkaPartitionLog:
         try:
             async with asyncio.timeout(deadline_s):
                 await consumer.start()
-                return await fold_partitions(consumer, self.cfg.events_topic, models, bounds, offload=True)
+                topic = self.cfg.events_topic
+                return await fold_partitions(consumer, topic, models, bounds, offload=True, opener=self.opener)
         except TimeoutError:
             raise LogUnavailable(f"replaying to the point asked for took longer than {deadline_s:.0f} s") from None
         except KafkaError as exc:

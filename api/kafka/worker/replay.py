@@ -19,6 +19,7 @@ from memstream.api.kafka.worker.models import PartitionModels
 from memstream.api.kafka.worker.partition_log import Progress, fold_consumer, fold_partitions
 from memstream.projections.catalog import ReadModelOptions
 from memstream.projections.runner import digest_of
+from memstream.streams.deciders.sealing import KafkaSealing
 from memstream.streams.log.kafka import KafkaConfig, events_end_offsets
 
 
@@ -47,6 +48,8 @@ async def _rebuild(
     progress: Progress | None,
     ready: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
+    # Sealed events open through the keys topic (the master key is required, as in a worker).
+    sealing = await asyncio.to_thread(KafkaSealing.from_env, cfg)
     consumer = fold_consumer(cfg)
     await consumer.start()
     try:
@@ -58,7 +61,7 @@ async def _rebuild(
         if ready is not None:
             ready()
         started = time.perf_counter()
-        done = await fold_partitions(consumer, cfg.events_topic, models, bounds, progress)
+        done = await fold_partitions(consumer, cfg.events_topic, models, bounds, progress, opener=sealing)
         seconds = time.perf_counter() - started
         report: dict[str, Any] = {
             "partitions": {
@@ -72,6 +75,7 @@ async def _rebuild(
         return report
     finally:
         await consumer.stop()
+        await asyncio.to_thread(sealing.close)
 
 
 def _child(
