@@ -566,13 +566,33 @@ def keys_rotate(data_dir: Path | None, new_key_file: Path | None, show_progress:
 @main.command()
 @data_dir_option
 @progress_option
-def seal(data_dir: Path | None, show_progress: bool | None) -> None:
+@kafka_options(required=False)
+@click.option("--new-prefix", default=None, help="Kafka: the prefix of the sealed topics to write.")
+@click.option("--delete-old", is_flag=True, help="Kafka: delete the old prefix's topics once the copy verified.")
+def seal(
+    data_dir: Path | None,
+    show_progress: bool | None,
+    bootstrap: str | None,
+    prefix: str,
+    partitions: int,
+    replication: int,
+    new_prefix: str | None,
+    delete_old: bool,
+) -> None:
     """Bring a log written before sealing under it: replay it into a new sealed log (the same
     offsets, so ids and digests stay equal; records erased before come out erased), verify it,
     then replace the old log and overwrite its bytes (docs/erasure.md, "Migration"). Stop the
-    servers on the data directory first."""
+    servers on the data directory first.
+
+    With --kafka: replay the deployment's topics into sealed ones under --new-prefix (the
+    master key from MEMSTREAM_MASTER_KEY or _FILE); stop every worker and router first."""
     from memstream.api.services.seal_migration import SealError, seal_data_dir
 
+    if bootstrap:
+        cfg = kafka_config(bootstrap, prefix, partitions, replication)
+        # With --delete-old, this machine's worker checkpoints of the old topics go too.
+        _seal_kafka(cfg, new_prefix, delete_old, _settings(data_dir).data_dir, show_progress)
+        return
     settings = _settings(data_dir)
     with progress_bar("seal", unit="records", show=show_progress) as progress:
 
@@ -585,4 +605,21 @@ def seal(data_dir: Path | None, show_progress: bool | None) -> None:
             report = seal_data_dir(settings, stages)
         except SealError as exc:
             raise click.ClickException(str(exc)) from None
+    click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+
+
+def _seal_kafka(cfg: Any, new_prefix: str | None, delete_old: bool, data_dir: Path, show_progress: bool | None) -> None:
+    from memstream.api.services.kafka_seal_migration import KafkaSealError, kafka_master_key, seal_topics
+    from memstream.streams.keys.master import MasterKeyError
+
+    if not new_prefix:
+        raise click.UsageError("--kafka needs --new-prefix: the sealed topics are written beside the old ones")
+    try:
+        master = kafka_master_key(os.environ)
+        with progress_bar("seal", unit="records", show=show_progress) as progress:
+            report = asyncio.run(
+                seal_topics(cfg, new_prefix, master, delete_old=delete_old, data_dir=data_dir, progress=progress)
+            )
+    except (KafkaSealError, MasterKeyError) as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
