@@ -74,8 +74,15 @@ class Segment:
             self._grow(n + 1)
         c, i = divmod(n, CHUNK)
         if c == len(self.chunks):
-            self.chunks.append(np.empty((CHUNK, self.dim), np.float32))
-        self.chunks[c][i] = vec
+            self.chunks.append(np.empty((min(CHUNK, 64), self.dim), np.float32))
+        chunk = self.chunks[c]
+        if i == chunk.shape[0]:
+            # The last chunk grows by doubling up to CHUNK rows: a small segment, or the tail of
+            # a loaded or compacted one, holds about the rows it has, not a whole chunk.
+            grown = np.empty((min(CHUNK, max(64, 2 * i)), self.dim), np.float32)
+            grown[:i] = chunk[:i]
+            self.chunks[c] = chunk = grown
+        chunk[i] = vec
         if n and off < self.offs[n - 1]:
             self.sorted = False
         self.keys[n] = key
@@ -181,10 +188,7 @@ class Segment:
         m = len(order)
         chunks = []
         for a in range(0, m, CHUNK):
-            block = np.empty((CHUNK, self.dim), np.float32)
-            sel = order[a : a + CHUNK]
-            block[: len(sel)] = self.gather(sel)
-            chunks.append(block)
+            chunks.append(self.gather(order[a : a + CHUNK]))  # the last one as long as its rows
         self.chunks = chunks
         for name in ("keys", "offs", "buckets", "inv"):
             arr = getattr(self, name)

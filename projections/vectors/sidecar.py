@@ -148,12 +148,8 @@ def read_vectors(mv: memoryview, body: dict[str, Any]) -> tuple[dict[str, Agent]
             seg.n = n
             seg.sorted = bool(n < 2 or np.all(np.diff(seg.offs[:n]) > 0))
             vecs = arr(s["vecs"], np.float32).reshape(n, dim)
-            full, rest = divmod(n, CHUNK)
-            seg.chunks = [vecs[c * CHUNK : (c + 1) * CHUNK] for c in range(full)]  # views, no copy
-            if rest:
-                last = np.empty((CHUNK, dim), np.float32)
-                last[:rest] = vecs[full * CHUNK :]
-                seg.chunks.append(last)
+            # Views of the sidecar, no copy; the last chunk is as long as its rows (appends grow it).
+            seg.chunks = [vecs[c : c + CHUNK] for c in range(0, n, CHUNK)]
             seg.index_rows()
             for b, cnt in zip(*np.unique(seg.buckets[:n], return_counts=True), strict=True):
                 ag.counts[int(b)] += int(cnt)
