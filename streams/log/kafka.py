@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -19,6 +20,23 @@ from memstream.streams.log.port import LogRecord, partition_for
 
 DAY_MS: Final = 24 * 3600 * 1000
 WEEK_MS: Final = 7 * DAY_MS
+HOUR_MS: Final = 3600 * 1000
+COMMANDS_ENV: Final = "MEMSTREAM_KAFKA_COMMANDS_"
+
+
+def _env_ms(name: str, default: int) -> int:
+    """``MEMSTREAM_KAFKA_COMMANDS_<name>``: a whole number of milliseconds, at least 1."""
+    var = f"{COMMANDS_ENV}{name}"
+    raw = os.environ.get(var, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{var}={raw!r} is not a whole number of milliseconds") from None
+    if value < 1:
+        raise ValueError(f"{var}={raw!r} must be at least 1 (milliseconds)")
+    return value
 
 
 Keep = Callable[[ConsumerRecord[bytes, bytes]], bool]
@@ -43,10 +61,23 @@ class KafkaConfig:
     # 3 with min.insync.replicas 2 in production (docs/kafka-operations.md); 1 on one broker.
     replication: int = 1
     min_insync_replicas: int | None = None
-    commands_retention_ms: int = WEEK_MS
+    # The commands topic carries content (sealed under the deployment's transport key, which no
+    # erasure destroys): how long an erased record's command stays readable to a master-key
+    # holder is bounded by these (``commands_bound_ms``; docs/erasure.md, "Kafka mode"). A
+    # command is decided within moments; one older than this has long been retried by its
+    # submitter. MEMSTREAM_KAFKA_COMMANDS_RETENTION_MS / _SEGMENT_MS.
+    commands_retention_ms: int = field(default_factory=lambda: _env_ms("RETENTION_MS", HOUR_MS))
+    commands_segment_ms: int = field(default_factory=lambda: _env_ms("SEGMENT_MS", 10 * 60 * 1000))
     replies_retention_ms: int = DAY_MS
     request_timeout_ms: int = 30_000
     client_id: str = "memstream"
+
+    def commands_bound_ms(self, retention_check_ms: int = 300_000) -> int:
+        """How long after its append a command's record may stay in the broker's files: its
+        segment rolls within ``segment.ms``, is deleted once its newest record is older than
+        ``retention.ms`` at the broker's next retention check (``log.retention.check.interval.ms``,
+        5 min by default), and unlinked after ``file.delete.delay.ms``."""
+        return self.commands_segment_ms + self.commands_retention_ms + retention_check_ms + 1000
 
     @property
     def events_topic(self) -> str:
@@ -73,7 +104,13 @@ class KafkaConfig:
         durable = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
         if self.min_insync_replicas is not None:
             durable["min.insync.replicas"] = str(self.min_insync_replicas)
-        commands = {**durable, "retention.ms": str(self.commands_retention_ms)}
+        commands = {
+            **durable,
+            "retention.ms": str(self.commands_retention_ms),
+            # Retention deletes closed segments only: the active one rolls this often.
+            "segment.ms": str(self.commands_segment_ms),
+            "file.delete.delay.ms": "1000",
+        }
         replies = {**durable, "retention.ms": str(self.replies_retention_ms)}
         return {
             self.events_topic: durable,
@@ -119,6 +156,8 @@ async def ensure_topics(cfg: KafkaConfig) -> TopicReport:
             report.created = missing
         report.existing = [n for n in wanted if n not in missing]
         await _wait_for_leaders(admin, cfg, list(wanted))
+        if cfg.commands_topic in report.existing:
+            await _align_configs(admin, cfg.commands_topic, wanted[cfg.commands_topic])
         await _check_configs(admin, wanted)
         return report
     finally:
@@ -143,6 +182,23 @@ async def _wait_for_leaders(admin: AIOKafkaAdminClient, cfg: KafkaConfig, topics
         if asyncio.get_running_loop().time() > deadline:
             raise KafkaLogError(f"topics {topics} have no leader for every partition after {cfg.request_timeout_ms} ms")
         await asyncio.sleep(0.1)
+
+
+async def _align_configs(admin: AIOKafkaAdminClient, topic: str, wanted: dict[str, str]) -> None:
+    """Set a topic's configs to this deployment's when they differ (the commands topic: its
+    retention is a setting, so a restart with another value applies it rather than refuse)."""
+    described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, dict.fromkeys(wanted))])
+    actual: dict[str, str] = {}
+    for response in described:
+        for res in response.to_object()["resources"]:
+            actual.update({e["config_names"]: e["config_value"] for e in res["config_entries"]})
+    if all(actual.get(k) == v for k, v in wanted.items()):
+        return
+    responses = await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, wanted)])
+    for response in responses:
+        for res in response.to_object()["resources"]:
+            if res["error_code"] != 0:
+                raise KafkaLogError(f"could not set the configs of topic {topic}: {res}")
 
 
 async def _check_configs(admin: AIOKafkaAdminClient, wanted: dict[str, dict[str, str]]) -> None:

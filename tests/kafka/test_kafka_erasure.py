@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ import pytest
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.keys.kafka import KafkaKeyStore, KeyTopicBounds, keys_topic
 from memstream.streams.keys.master import MasterKeyError
-from memstream.streams.log.kafka import KafkaConfig, KafkaLog
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
 from memstream.streams.log.sealing import Sealer
 from tests.support.broker import deployment_config, drop_topics, require_broker, stop_processes
 from tests.support.broker_faults import LocalBroker
@@ -225,3 +226,45 @@ async def test_commands_travel_sealed_on_the_commands_topic(cfg: KafkaConfig, mo
     finally:
         await bus.close()
         stop_processes([worker])
+
+
+async def _commands_configs(cfg: KafkaConfig) -> dict[str, str]:
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=cfg.bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, cfg.commands_topic)])
+    finally:
+        await admin.close()
+    return {
+        e["config_names"]: e["config_value"]
+        for r in described
+        for res in r.to_object()["resources"]
+        for e in res["config_entries"]
+    }
+
+
+async def test_the_commands_retention_is_a_setting_applied_at_start(
+    cfg: KafkaConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Short by default with rolling segments; another configured value is applied to an
+    existing topic at the next start (not refused), and a bad value is refused clearly."""
+    await ensure_topics(cfg)
+    conf = await _commands_configs(cfg)
+    assert conf["retention.ms"] == str(3600 * 1000) and conf["segment.ms"] == str(600 * 1000)
+    assert cfg.commands_bound_ms() == 600_000 + 3_600_000 + 300_000 + 1_000
+    monkeypatch.setenv("MEMSTREAM_KAFKA_COMMANDS_RETENTION_MS", "120000")
+    monkeypatch.setenv("MEMSTREAM_KAFKA_COMMANDS_SEGMENT_MS", "30000")
+    shorter = dataclasses.replace(cfg, commands_retention_ms=120_000, commands_segment_ms=30_000)
+    assert KafkaConfig(bootstrap=cfg.bootstrap, prefix=cfg.prefix).commands_retention_ms == 120_000  # from the env
+    await ensure_topics(shorter)
+    conf = await _commands_configs(cfg)
+    assert conf["retention.ms"] == "120000" and conf["segment.ms"] == "30000"
+    await ensure_topics(shorter)  # already aligned: accepted as it is
+    # The events topic stays the source of truth: its retention is never altered.
+    assert (await ensure_topics(cfg)).existing
+    monkeypatch.setenv("MEMSTREAM_KAFKA_COMMANDS_RETENTION_MS", "soon")
+    with pytest.raises(ValueError, match="MEMSTREAM_KAFKA_COMMANDS_RETENTION_MS='soon' is not a whole number"):
+        KafkaConfig()
