@@ -590,8 +590,11 @@ def seal(
 
     if bootstrap:
         cfg = kafka_config(bootstrap, prefix, partitions, replication)
+        from memstream.api.kafka.worker.checkpoints import checkpoint_dir
+
         # With --delete-old, this machine's worker checkpoints of the old topics go too.
-        _seal_kafka(cfg, new_prefix, delete_old, _settings(data_dir).data_dir, show_progress)
+        checkpoints = checkpoint_dir(_settings(data_dir).data_dir, cfg, 0).parent
+        _seal_kafka(cfg, new_prefix, delete_old, checkpoints, show_progress)
         return
     settings = _settings(data_dir)
     with progress_bar("seal", unit="records", show=show_progress) as progress:
@@ -608,18 +611,22 @@ def seal(
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
 
 
-def _seal_kafka(cfg: Any, new_prefix: str | None, delete_old: bool, data_dir: Path, show_progress: bool | None) -> None:
-    from memstream.api.services.kafka_seal_migration import KafkaSealError, kafka_master_key, seal_topics
+def _seal_kafka(
+    cfg: Any, new_prefix: str | None, delete_old: bool, old_checkpoints: Path, show_progress: bool | None
+) -> None:
+    from memstream.api.services.kafka_seal_migration import KafkaSealError, seal_topics
+    from memstream.streams.keys.kafka import kafka_master_key
     from memstream.streams.keys.master import MasterKeyError
 
     if not new_prefix:
         raise click.UsageError("--kafka needs --new-prefix: the sealed topics are written beside the old ones")
     try:
-        master = kafka_master_key(os.environ)
+        master, _ = kafka_master_key(os.environ)
         with progress_bar("seal", unit="records", show=show_progress) as progress:
-            report = asyncio.run(
-                seal_topics(cfg, new_prefix, master, delete_old=delete_old, data_dir=data_dir, progress=progress)
+            migration = seal_topics(
+                cfg, new_prefix, master, delete_old=delete_old, old_checkpoints=old_checkpoints, progress=progress
             )
+            report = asyncio.run(migration)
     except (KafkaSealError, MasterKeyError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())

@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -42,14 +42,12 @@ from memstream.streams.keys.kafka import (
     KafkaKeyStore,
     keys_topic,
 )
-from memstream.streams.keys.master import ENV_FILE, ENV_KEY, MasterKeyError, parse_master_key
 from memstream.streams.log.kafka import KafkaConfig, ensure_topics, read_range
 from memstream.streams.log.sealed_keys import sealed_binding
 from memstream.streams.log.sealing import ERASURE_TYPES, Sealer, is_sealed
 
 CHUNK: Final = 2_000  # records read, sealed and produced at a time
 MIGRATION_KEY: Final = b"m:migration"  # in the new keys topic: where it came from, and how far it got
-SEALED_FROM_PREFIX: Final = b"m:sealed_from:"  # per partition: the first offset written sealed
 WAIT_S: Final = 60.0  # for topic deletions and the group coordinator
 
 
@@ -57,22 +55,6 @@ class KafkaSealError(Exception):
     """The migration cannot run (workers still consume the old topics, the new prefix belongs to
     something else, the master key does not fit) or its result did not verify: the old topics
     stay as they are."""
-
-
-def kafka_master_key(env: Mapping[str, str]) -> bytes:
-    """The deployment's master key: Kafka mode has no data directory to keep one beside."""
-    if env.get(ENV_KEY):
-        return parse_master_key(env[ENV_KEY], ENV_KEY)
-    if env.get(ENV_FILE):
-        path = Path(env[ENV_FILE])
-        try:
-            return parse_master_key(path.read_text(), str(path))
-        except OSError as exc:
-            raise MasterKeyError(f"cannot read {ENV_FILE}={path}: {exc}") from exc
-    raise MasterKeyError(
-        f"memstream seal --kafka needs the deployment's master key: set {ENV_KEY} or {ENV_FILE} "
-        "(the same one every worker and router uses)"
-    )
 
 
 def deployment_topics(cfg: KafkaConfig) -> list[str]:
@@ -486,12 +468,12 @@ async def seal_topics(
     master: bytes,
     *,
     delete_old: bool = False,
-    data_dir: Path | None = None,
+    old_checkpoints: Path | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Migrate the deployment ``old`` into sealed topics under ``new_prefix``; returns the report
-    the CLI prints. ``data_dir``: with ``delete_old``, this machine's worker checkpoints of the
-    old topics are removed too."""
+    the CLI prints. ``old_checkpoints``: with ``delete_old``, this machine's worker checkpoints
+    of the old topics (a directory), removed too."""
     report_progress = progress or _quiet
     new = dataclasses.replace(old, prefix=new_prefix)
     if new.prefix == old.prefix:
@@ -526,7 +508,7 @@ async def seal_topics(
         state, recreated = await _prepare_new(admin, old, new, consumer)
         old_counts = await _partition_counts(admin, [old.events_topic, old.audit_topic])
         if state == "complete":
-            deleted = await _retire(admin, old, data_dir) if delete_old else []
+            deleted = await _retire(admin, old, old_checkpoints) if delete_old else []
             return {"sealed": False, "already_migrated": True, "new_prefix": new.prefix, "deleted": deleted}
         for topic in (old.events_topic, old.audit_topic):
             if old_counts.get(topic) != old.partitions:
@@ -583,11 +565,9 @@ async def seal_topics(
             await asyncio.to_thread(keys.close)
         if unequal:
             raise KafkaSealError(f"a rebuild of the new topics does not digest equal to the old ones: {unequal}")
-        for p in range(old.partitions):
-            await _mark(producer, new, SEALED_FROM_PREFIX + str(p).encode(), {"offset": 0})
         ends_report = {str(p): {"events": e, "audit": a} for p, (e, a) in ends.items()}
         await _mark(producer, new, MIGRATION_KEY, {"from": old.prefix, "state": "complete", "ends": ends_report})
-        deleted = await _retire(admin, old, data_dir) if delete_old else []
+        deleted = await _retire(admin, old, old_checkpoints) if delete_old else []
         copy_s = phases["copy"]
         return {
             "sealed": True,
@@ -616,7 +596,7 @@ async def seal_topics(
         await admin.close()
 
 
-async def _retire(admin: AIOKafkaAdminClient, old: KafkaConfig, data_dir: Path | None) -> list[str]:
+async def _retire(admin: AIOKafkaAdminClient, old: KafkaConfig, checkpoints: Path | None) -> list[str]:
     """Delete the old prefix's topics (every replica drops their segment files) and this
     machine's worker checkpoints of them. Refused while workers consume them."""
     members = await active_members(admin, deciders_group(old))
@@ -624,9 +604,7 @@ async def _retire(admin: AIOKafkaAdminClient, old: KafkaConfig, data_dir: Path |
         raise KafkaSealError(f"workers are running on prefix {old.prefix!r}: not deleting its topics")
     internal = [t for t in await admin.list_topics() if t.startswith(deciders_group(old) + "-")]  # faust's own
     deleted = await _delete_and_wait(admin, [*deployment_topics(old), *internal])
-    if data_dir is not None:
-        local = data_dir / "kafka-checkpoints" / old.events_topic
-        if local.exists():
-            shutil.rmtree(local)
-            deleted.append(str(local))
+    if checkpoints is not None and checkpoints.exists():
+        shutil.rmtree(checkpoints)
+        deleted.append(str(checkpoints))
     return deleted
