@@ -162,9 +162,8 @@ class HealthProbe(Protocol):
 
 @runtime_checkable
 class Erasing(Protocol):
-    """An engine that can crypto-shred (docs/erasure.md): the embedded one. A Kafka worker
-    gains it with a Kafka key store (docs/erasure.md, "Kafka mode"); until then the erase tools
-    say it is unavailable."""
+    """An engine that can crypto-shred (docs/erasure.md): the embedded one, and a Kafka
+    worker's partition engine (api/kafka/worker/erasure.py; docs/erasure.md, "Kafka mode")."""
 
     async def erase(self, command: EraseMemory | EraseAgentData) -> dict[str, Any]:
         """Submit the erasure and complete it (fold, destroy keys, rewrite checkpoints):

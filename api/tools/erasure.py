@@ -49,7 +49,7 @@ class EraseAgentArgs(WriteArgs):
 
 def _unavailable() -> dict[str, Any]:
     mark_failure("unavailable")
-    return {"ok": False, "error": "erasure is not available on this engine (Kafka mode: not yet)"}
+    return {"ok": False, "error": "erasure is not available on this engine (it holds no key store)"}
 
 
 def _report(done: dict[str, Any], agent_id: str) -> dict[str, Any]:
