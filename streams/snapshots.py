@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import mmap
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +23,9 @@ log = logging.getLogger(__name__)
 _MAGIC = b"MSSNAP1\n"
 _BLOB_MAGIC = b"MSBLOB1\n"
 _BLOB_HEADER = 64 + 1 + 20 + 1  # sha256 hex, space, zero-padded size, newline
+# Where a blob's payload starts in its file: a writer that wants its arrays aligned in a mapped
+# blob (``map_blob``) pads its own layout to this.
+BLOB_PAYLOAD_AT = len(_BLOB_MAGIC) + _BLOB_HEADER
 
 
 class SnapshotStore:
@@ -138,6 +142,34 @@ class SnapshotStore:
                         got += n
                     if got != size or f.read(1):
                         raise ValueError("size mismatch")
+                    if hashlib.sha256(view).hexdigest().encode() != digest:
+                        raise ValueError("checksum mismatch")
+                except ValueError as exc:
+                    log.warning("blob %s is damaged (%s); it will be rebuilt from the log", target, exc)
+                    return None
+        except FileNotFoundError:
+            return None
+        return view
+
+    def map_blob(self, name: str) -> memoryview | None:
+        """The blob's payload as a private, writable memory map of its file (writes stay in
+        this process), or None when absent or damaged: pages are read when touched and, until
+        written, are the page cache's, not a copy. Verified like ``load_blob``; the mapping
+        lasts while any view of it does, even once the file is dropped."""
+        target = self.blob_path(name)
+        try:
+            with open(target, "rb") as f:
+                head = f.read(BLOB_PAYLOAD_AT)
+                try:
+                    if not head.startswith(_BLOB_MAGIC) or len(head) != BLOB_PAYLOAD_AT:
+                        raise ValueError("bad magic")
+                    digest, size_text = head[len(_BLOB_MAGIC) : -1].split(b" ")
+                    size = int(size_text)
+                    if os.fstat(f.fileno()).st_size != BLOB_PAYLOAD_AT + size:
+                        raise ValueError("size mismatch")
+                    if size == 0:
+                        return memoryview(bytearray())
+                    view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY))[BLOB_PAYLOAD_AT:]
                     if hashlib.sha256(view).hexdigest().encode() != digest:
                         raise ValueError("checksum mismatch")
                 except ValueError as exc:

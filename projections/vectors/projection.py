@@ -441,7 +441,7 @@ class VectorProjection:
             raise SnapshotRejected(f"format {body.get('format')!r}")
         if self.blobs is None:
             raise SnapshotRejected("no sidecar store attached")
-        mv = self.blobs.load_blob(body["blob"])
+        mv = self.blobs.map_blob(body["blob"])  # the vectors stay in the page cache, not copied
         if mv is None:
             raise SnapshotRejected(f"sidecar {body['blob']} missing or damaged")
         try:

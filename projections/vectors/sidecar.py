@@ -13,7 +13,7 @@ import orjson
 from memstream.projections.vectors.agent import Agent
 from memstream.projections.vectors.graph import usearch_index
 from memstream.projections.vectors.segment import CHUNK, Segment
-from memstream.streams.snapshots import SnapshotStore
+from memstream.streams.snapshots import BLOB_PAYLOAD_AT, SnapshotStore
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,8 @@ def write(blobs: SnapshotStore, name: str, agents: dict[str, Agent], content_has
     """Write both sidecars of a state: ``name`` (the rows) and ``name.hnsw`` (the graphs)."""
     header, parts = layout(agents, content_hash)
     head = orjson.dumps(header)
-    head_len = len(head) + (-(len(head) + 8) % 64)
+    # Arrays start 64-aligned in the file too, so a mapped sidecar's are aligned in memory.
+    head_len = len(head) + (-(BLOB_PAYLOAD_AT + len(head) + 8) % 64)
     blobs.save_blob(name, [struct.pack("<Q", head_len), head.ljust(head_len, b" "), *parts])
     graphs = []
     for agent in sorted(agents):
@@ -121,7 +122,9 @@ def read_vectors(mv: memoryview, body: dict[str, Any]) -> tuple[dict[str, Agent]
         at, nbytes = spec
         if nbytes == 0:
             return np.empty(0, dtype)
-        return np.frombuffer(mv, dtype=dtype, count=nbytes // np.dtype(dtype).itemsize, offset=base + at)
+        a = np.frombuffer(mv, dtype=dtype, count=nbytes // np.dtype(dtype).itemsize, offset=base + at)
+        # A sidecar written before its arrays were aligned in the file, read from a map: copied.
+        return a if a.flags.aligned else a.copy()
 
     agents: dict[str, Agent] = {}
     rows = ghosts = 0

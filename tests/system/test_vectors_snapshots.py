@@ -204,6 +204,44 @@ def test_sidecars_are_content_addressed_and_collected(tmp_path: Path) -> None:
     assert len(snaps.blob_names("vectors-")) == 4  # the saved state's pair and the previous pair
 
 
+
+def test_a_mapped_sidecar_is_verified_aligned_and_private(tmp_path: Path) -> None:
+    """The vectors sidecar loads as a private map of its file: damage is caught as on a read,
+    its arrays are aligned (views, no copy), and what the fold then writes (a deleted row
+    zeroed) stays in the process: the file keeps its bytes, a later load is unaffected."""
+    snaps = SnapshotStore(tmp_path)
+    live = Feed(VectorProjection(snaps))(*[store(i + 1, unit(i)) for i in range(70)])
+    body = live.proj.to_snapshot()
+    blob = body["blob"]
+    path = snaps.blob_path(blob)
+    on_disk = path.read_bytes()
+    mapped = snaps.map_blob(blob)
+    assert mapped is not None and bytes(mapped) == bytes(snaps.load_blob(blob) or b"")
+    restored = VectorProjection(snaps)
+    restored.load_snapshot(body)
+    seg = next(iter(restored._agents["a"].segs.values()))
+    assert all(c.flags.aligned and not c.flags.owndata for c in seg.chunks)  # views of the map
+    assert [c.shape[0] for c in seg.chunks] == [70]  # the tail chunk as long as its rows
+    later = [event("memory.deleted", {"id": 3}), store(71, unit(5))]
+    for off, ev in enumerate(later, start=70):
+        restored.apply(off, ev)
+    assert path.read_bytes() == on_disk
+    again = VectorProjection(snaps)
+    again.load_snapshot(body)
+    assert again.count(A) == 70
+    live(*later)
+    assert small_answers(restored) == small_answers(live.proj)
+    assert digest_of(restored) == digest_of(live.proj)  # (writes a new sidecar, drops this one)
+    raw = bytearray(on_disk)
+    raw[len(raw) // 2] ^= 0x01
+    path.write_bytes(bytes(raw))
+    assert snaps.map_blob(blob) is None
+    path.write_bytes(on_disk[:-1])
+    assert snaps.map_blob(blob) is None
+    path.unlink()
+    assert snaps.map_blob(blob) is None
+
+
 # -- property: any history, replayed, gives the same state and answers --------------------------
 
 
