@@ -113,6 +113,12 @@ MEMSTREAM_MODES: dict[str, dict[str, str]] = {
         "MEMSTREAM_RECALL_MODE": "rrf",
         "MEMSTREAM_RECALL_NEIGHBOUR_WEIGHT": "0",
     },
+    # rrf without the learned second stage (MEMSTREAM_RECALL_RERANK, docs/eval.md "Third pass")
+    "rrf-first": {
+        "MEMSTREAM_RECALL_RETRIEVERS": "all",
+        "MEMSTREAM_RECALL_MODE": "rrf",
+        "MEMSTREAM_RECALL_RERANK": "off",
+    },
     "rsf": {"MEMSTREAM_RECALL_RETRIEVERS": "all", "MEMSTREAM_RECALL_MODE": "rsf"},
     "cascade": {"MEMSTREAM_RECALL_RETRIEVERS": "all", "MEMSTREAM_RECALL_MODE": "cascade"},
 }

@@ -104,6 +104,7 @@ class Models:
 class Opts:
     recall_neighbour_weight: float = 0.25
     recall_speaker_boost: float = 0.5
+    recall_rerank: Literal["learned", "off"] = "off"  # the first stage alone (test_recall_rerank.py: both)
     recall_mode: Literal["rrf", "rsf", "cascade"] = "rrf"
     recall_retrievers: Literal["all", "vector", "lexical"] = "all"
     max_memories: int = 10_000

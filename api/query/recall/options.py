@@ -43,6 +43,9 @@ class RecallSettings(Protocol):
     def recall_speaker_boost(self) -> float: ...
 
     @property
+    def recall_rerank(self) -> Literal["learned", "off"]: ...
+
+    @property
     def confidence_enabled(self) -> bool: ...
 
     @property

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from memstream.api.query.recall import fusion, neighbours, speakers
+from memstream.api.query.recall import fusion, neighbours, rerank, speakers
 from memstream.api.query.recall.gate import GateConfig, apply_gate, autocut, confidence_of, episode_factor, keyed_signal
 from memstream.api.query.recall.models import RecallModels, Row
 from memstream.api.query.recall.options import RecallSettings
@@ -124,7 +124,10 @@ def run_recall(
     # Speaker attribution (speakers.py) likewise moves only that configuration's order.
     evidence_rrf = mode == "rrf" and settings.rrf_evidence and settings.recall_retrievers == "all"
     neighbour_weight = settings.recall_neighbour_weight if evidence_rrf else 0.0
-    keep = depth * neighbours.DEPTH_FACTOR if neighbour_weight > 0 else depth
+    # The second stage (rerank.py) sees each list three times as deep, and fuses all of it.
+    second_stage = evidence_rrf and settings.recall_rerank == "learned"
+    first_keep = depth * neighbours.DEPTH_FACTOR if neighbour_weight > 0 else depth
+    keep = max(first_keep, depth * rerank.DEPTH_FACTOR) if second_stage else first_keep
     fetch = keep * 2 if (req.source_id or req.exclude or req.after or req.before) else keep
     use_vector = query_vec is not None and settings.recall_retrievers in ("all", "vector")
     use_lexical = settings.recall_retrievers in ("all", "lexical")
@@ -170,13 +173,22 @@ def run_recall(
     if use_lexical and len(lexical) < keep:
         in_lexical = {r for r, _ in lexical}
         lexical_vote += [(r, s) for r, s in keyword() if r not in in_lexical][: keep - len(lexical)]
+    content: dict[str, str | None] = {}
+    if second_stage:
+        content = {r: _content(engine, r) for r, _ in (*window, *lexical_vote)}
+        if not rerank.conversational(content, content):  # the first stage alone, as with it off
+            second_stage = False
+            window, lexical_vote = window[:first_keep], lexical_vote[:first_keep]
     vector_ev = fusion.vector_evidence(window)
     lexical_ev = fusion.lexical_evidence({r: shares.get(r, 0.0) for r, _ in lexical_vote})
-    if neighbour_weight > 0:
+    adjacency: dict[str, tuple[str | None, str | None]] = {}
+    if neighbour_weight > 0 or second_stage:
         adjacency = neighbours.memory_adjacency(engine.memories, {r for r, _ in (*window, *lexical_vote)})
+    if neighbour_weight > 0:
         window, vector_ev = neighbours.reorder(window, vector_ev, adjacency, neighbour_weight)
         lexical_vote, lexical_ev = neighbours.reorder(lexical_vote, lexical_ev, adjacency, neighbour_weight)
-        window, lexical_vote = window[:depth], lexical_vote[:depth]
+        if not second_stage:
+            window, lexical_vote = window[:depth], lexical_vote[:depth]
     lists = {"vector": window, "far": far, "lexical": lexical_vote}
     if mode == "cascade":
         cands = fusion.cascade(window, [lexical, keyword()], settings.vector_min_similarity)
@@ -189,9 +201,18 @@ def run_recall(
             evidence = {"vector": vector_ev, "far": fusion.vector_evidence(far), "lexical": lexical_ev}
         cands = fusion.rrf({k: v for k, v in lists.items() if v}, k=settings.rrf_k, weights=weights, evidence=evidence)
         if evidence_rrf:
+            named = speakers.named_in(req.query)
             cands = speakers.boost(
-                cands, lambda ref: _content(engine, ref), speakers.named_in(req.query), settings.recall_speaker_boost
+                cands,
+                lambda ref: content[ref] if ref in content else _content(engine, ref),
+                named,
+                settings.recall_speaker_boost,
             )
+            if second_stage:
+                signals = rerank.Signals(
+                    window, lexical_vote, shares, adjacency, speakers.spoken_by(content, named), content
+                )
+                cands = rerank.rerank(cands, signals, rerank.DEFAULT_MODEL)
 
     cfg = GateConfig(
         rrf_k=settings.rrf_k,

@@ -10,7 +10,7 @@ pass".
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from memstream.api.query.recall.fusion import Candidate, ordered
@@ -30,6 +30,16 @@ def speaker_of(content: str) -> str | None:
 def named_in(query: str) -> set[str]:
     """The capitalised words of a question, lower-cased: the names it may mention."""
     return {w.lower() for w in _NAME.findall(query)}
+
+
+def spoken_by(content: Mapping[str, str | None], names: Iterable[str]) -> set[str]:
+    """The refs whose content is a turn by a speaker in ``names``."""
+    wanted = set(names)
+    out = set()
+    for ref, text in content.items():
+        if text is not None and wanted and speaker_of(text) in wanted:
+            out.add(ref)
+    return out
 
 
 def boost(

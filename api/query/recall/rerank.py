@@ -1,0 +1,150 @@
+"""A second stage: the fused candidates reordered by a learned combination of what recall knows.
+
+The first stage (evidence-weighted rrf over the neighbour-reordered lists) ranks well inside
+either retriever's view but weighs them with fixed rules; on the LoCoMo development split the
+evidence turns sit in the top 20 of either list far more often than in the fused top 10. This
+stage scores every candidate of the deeper lists with a logistic model over signals recall
+already computed (no new search, no model call) and orders by that score. Only the order moves:
+the cosine and ``rrf`` the gate and ``match_reason`` read stay each row's own. How the weights
+were fitted, on what, and what they gain: docs/eval.md, "Third pass".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from memstream.api.query.recall.fusion import Candidate, ordered
+from memstream.api.query.recall.speakers import speaker_of
+
+Ranked = Sequence[tuple[str, float]]
+
+# Each list is cut at this many times the rows recall returns, for the second stage to reorder:
+# at 3 the LoCoMo development split gains as much as at 5 (docs/eval.md, "Third pass").
+DEPTH_FACTOR: Final = 3
+
+# The signals, in the order of ``WEIGHTS``. Rows a list did not rank get 0 for its signals.
+FEATURES: Final = (
+    "fused",  # the first stage's order value, over the deeper lists
+    "cosine",  # the row's cosine (clamped to [0, 1]) when the vector list holds it
+    "cosine_gap",  # that cosine minus the list's best (0 at the top, negative below)
+    "share",  # its share of the query's IDF mass when the lexical list holds it
+    "share_rel",  # that share over the list's best share
+    "vector_rr",  # 1 / its rank in the vector list
+    "lexical_rr",  # 1 / its rank in the lexical list
+    "both",  # 1 when both lists hold it
+    "previous_cosine",  # the cosine of the memory written just before it, when the vector list holds it
+    "next_cosine",  # likewise the memory written just after it
+    "previous_share",  # the IDF share of the memory before it, when the lexical list holds it
+    "next_share",  # likewise the memory after it
+    "speaker",  # 1 when it is a "Name: text" turn whose speaker the query names
+    "words",  # log(1 + its word count): a short reply ("Wow, great!") rarely holds the answer
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """A linear scorer over ``FEATURES``: score = Σ weight · feature. A logistic model's bias
+    and the features' standardisation do not move the order, so only the weights are kept."""
+
+    weights: tuple[float, ...]
+
+    def score(self, x: Sequence[float]) -> float:
+        return sum(w * v for w, v in zip(self.weights, x, strict=True))
+
+
+# Fitted by ``bench/rerank_fit.py --pool 30 --kind pairwise --l2 0.001`` on the LoCoMo
+# development split (5 conversations, 760 questions; every turn one memory, MiniLM-L6 int8):
+# a logistic model on pairs (an evidence turn against another candidate of its question) over
+# standardised features, L2 0.001, written back on the raw scale (weight / feature's std).
+# Fitted leave-one-conversation-out the same way, each conversation scored by the model of the
+# other four: recall@10 0.681 -> 0.755 and NDCG@10 0.481 -> 0.606 (docs/eval.md, "Third pass").
+# In FEATURES order.
+DEFAULT_MODEL: Final = Model(
+    (-0.0107, 3.0503, 1.3275, 1.4410, 1.1510, 0.4190, 2.0414, -0.1729, 1.3182, 1.8100, 4.0048, 1.1371, 2.7198, 1.3943)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """What one recall computed, as the second stage reads it."""
+
+    vector: Ranked  # the vector list in the order it was fused (best first), with cosines
+    lexical: Ranked  # the lexical vote likewise
+    shares: Mapping[str, float]  # each lexical row's IDF share
+    adjacency: Mapping[str, tuple[str | None, str | None]]  # previous / next memory
+    speakers: Collection[str]  # refs whose speaker the query names
+    content: Mapping[str, str | None]  # each candidate's text (None for an episode)
+
+
+def features(c: Candidate, s: Signals, index: _Index) -> list[float]:
+    """The row's ``FEATURES`` vector."""
+    cos = index.cosine.get(c.ref)
+    share = index.share.get(c.ref)
+    prev, nxt = s.adjacency.get(c.ref, (None, None))
+    text = s.content.get(c.ref)
+    return [
+        c.fused,
+        cos if cos is not None else 0.0,
+        cos - index.top_cosine if cos is not None else 0.0,
+        share if share is not None else 0.0,
+        share / index.top_share if share is not None and index.top_share > 0 else 0.0,
+        1.0 / index.vector_rank[c.ref] if c.ref in index.vector_rank else 0.0,
+        1.0 / index.lexical_rank[c.ref] if c.ref in index.lexical_rank else 0.0,
+        1.0 if cos is not None and share is not None else 0.0,
+        index.cosine.get(prev, 0.0) if prev is not None else 0.0,
+        index.cosine.get(nxt, 0.0) if nxt is not None else 0.0,
+        index.share.get(prev, 0.0) if prev is not None else 0.0,
+        index.share.get(nxt, 0.0) if nxt is not None else 0.0,
+        1.0 if c.ref in s.speakers else 0.0,
+        math.log1p(len(text.split())) if text else 0.0,
+    ]
+
+
+@dataclass(slots=True)
+class _Index:
+    cosine: dict[str, float]
+    share: dict[str, float]
+    vector_rank: dict[str, int]
+    lexical_rank: dict[str, int]
+    top_cosine: float
+    top_share: float
+
+
+def index_of(s: Signals) -> _Index:
+    cosine = {r: min(1.0, max(0.0, v)) for r, v in s.vector}
+    share = {r: min(1.0, max(0.0, s.shares.get(r, 0.0))) for r, _ in s.lexical}
+    return _Index(
+        cosine,
+        share,
+        {r: i for i, (r, _) in enumerate(s.vector, start=1)},
+        {r: i for i, (r, _) in enumerate(s.lexical, start=1)},
+        max(cosine.values(), default=0.0),
+        max(share.values(), default=0.0),
+    )
+
+
+def feature_rows(cands: Sequence[Candidate], s: Signals) -> list[list[float]]:
+    index = index_of(s)
+    return [features(c, s, index) for c in cands]
+
+
+def conversational(refs: Iterable[str], content: Mapping[str, str | None]) -> bool:
+    """Whether at least half of the rows are conversation turns (``Name: text``, after an
+    optional ``[date]``): what the model was fitted on. On other text (definitions, notes) a
+    model fitted on turns moves rows the wrong way (docs/eval.md, "Third pass"), so recall keeps
+    the first stage there."""
+    rows = list(refs)
+    turns = sum(1 for r in rows if (text := content.get(r)) and speaker_of(text) is not None)
+    return bool(rows) and 2 * turns >= len(rows)
+
+
+def rerank(cands: list[Candidate], s: Signals, model: Model) -> list[Candidate]:
+    """The candidates ordered by ``model``'s score, which becomes their order value (``fused``,
+    a logistic probability in (0, 1)). ``rrf``, the cosine and the lists a row came from stay."""
+    rows = feature_rows(cands, s)
+    for c, x in zip(cands, rows, strict=True):
+        c.fused = 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, model.score(x)))))
+    return ordered(cands)

@@ -1,0 +1,256 @@
+"""Fitting recall's second stage (api/query/recall/rerank.py) on the LoCoMo development split.
+
+The candidates are what recall fuses with the second stage on: each list cut at ``--pool`` rows,
+reordered by adjacent-turn evidence, fused by evidence-weighted rrf, speaker boost applied
+(``locomo_dev.py``'s replica, which gives the server's figures). Each candidate gets
+``rerank.FEATURES`` and a label (is it an evidence turn). A logistic model is fitted with
+numpy only (Newton's method, L2), pointwise or on pairs (an evidence turn against a non-evidence
+turn of the same question, RankNet's loss with a linear scorer).
+
+``--cv`` fits leave-one-conversation-out and scores each conversation with the model fitted on
+the other four: those held-out figures are what the choice would give on an unseen conversation.
+Without it, the model is fitted on all five conversations and printed as the constants to ship.
+``--check DATA`` scores the shipped model on a qrels dataset's dev half (wn-gcide, agent-notes)
+against the default: the rule that a LoCoMo change must not regress the dictionary sets.
+
+    python bench/rerank_fit.py --cv                      # held-out figures per fold
+    python bench/rerank_fit.py                           # fit on all five, print the constants
+    python bench/rerank_fit.py --check bench/eval_data/wn-gcide
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from eval_recall import AGENT, Dataset, K, assign_halves, load_dataset, ndcg_at_k, recall_at_k
+from locomo_dev import LOCOMO_DEV, VARIANTS, Agent, Lists, build, evaluate, gated, paired, retrieve
+
+from memstream.api.query.recall import fusion, rerank, speakers
+from memstream.api.query.recall.neighbours import reorder
+from memstream.api.services.embedding import load_local_embedder
+
+
+@dataclass
+class Query:
+    qid: str
+    conv: str
+    cands: list[fusion.Candidate]  # the first stage's candidates, best first
+    x: np.ndarray  # their features
+    y: np.ndarray  # 1 for an evidence turn
+    agent: Agent
+    applies: bool = True  # the second stage runs on these candidates (``rerank.conversational``)
+
+
+def pool_of(
+    ag: Agent, lists: Lists, pool: int, weight: float = 0.25, boost: float = 0.5
+) -> tuple[list[fusion.Candidate], rerank.Signals]:
+    """What recall fuses when the second stage is on (``run_recall``): each list cut at ``pool``,
+    reordered by neighbours over that cut, fused, speaker-boosted; and the signals it keeps."""
+    vec, lex = lists.vector[:pool], lists.lexical[:pool]
+    vec_ev = fusion.vector_evidence(vec)
+    lex_ev = fusion.lexical_evidence({r: lists.shares.get(r, 0.0) for r, _ in lex})
+    refs = {*vec_ev, *lex_ev}
+
+    def near(ref: str) -> tuple[str | None, str | None]:
+        p = int(ref.split(":")[1])
+        prev, nxt = f"mem:{p - 1}", f"mem:{p + 1}"
+        return (prev if p > 1 else None, nxt if p < len(ag.doc_ids) else None)
+
+    adjacency = {r: near(r) for r in refs}
+    in_lists = {r: (a if a in refs else None, b if b in refs else None) for r, (a, b) in adjacency.items()}
+    v, v_ev = reorder(vec, vec_ev, in_lists, weight)
+    lx, lx_ev = reorder(lex, lex_ev, in_lists, weight)
+    cands = fusion.rrf(
+        {n: r for n, r in (("vector", v), ("lexical", lx)) if r}, evidence={"vector": v_ev, "lexical": lx_ev}
+    )
+    named = speakers.named_in(lists.text)
+    content: dict[str, str | None] = {r: ag.texts[int(r.split(":")[1]) - 1] for r in refs}
+    cands = speakers.boost(cands, content.get, named, boost)
+    spoke = {r for r, t in content.items() if speakers.speaker_of(t) in named}
+    return cands, rerank.Signals(v, lx, lists.shares, adjacency, spoke, content)
+
+
+def queries(ds: Dataset, agents: dict[str, Agent], lists: dict[str, Lists], pool: int) -> list[Query]:
+    out = []
+    for q, ls in lists.items():
+        ag = agents[ds.agent_of.get(q, AGENT)]
+        cands, sig = pool_of(ag, ls, pool)
+        applies = rerank.conversational(cands, sig.content)
+        rel = set(ds.qrels[q])
+        y = np.array([ag.doc_ids[int(c.ref.split(":")[1]) - 1] in rel for c in cands], dtype=np.float64)
+        x = np.array(rerank.feature_rows(cands, sig), dtype=np.float64).reshape(len(cands), len(rerank.FEATURES))
+        out.append(Query(q, ds.agent_of.get(q, AGENT), cands, x, y, ag, applies))
+    return out
+
+
+def logistic(x: np.ndarray, y: np.ndarray, l2: float, bias: bool) -> np.ndarray:
+    """Weights minimising the mean log loss + l2·|w|² (Newton's method; no penalty on the bias)."""
+    if bias:
+        x = np.hstack([x, np.ones((len(x), 1))])
+    w = np.zeros(x.shape[1])
+    pen = np.full(x.shape[1], l2)
+    if bias:
+        pen[-1] = 0.0
+    for _ in range(50):
+        p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -60, 60)))
+        grad = x.T @ (p - y) / len(x) + 2 * pen * w
+        hess = (x * (p * (1 - p))[:, None]).T @ x / len(x) + np.diag(2 * pen + 1e-9)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w[:-1] if bias else w
+
+
+def fit(train: Sequence[Query], kind: str, l2: float) -> rerank.Model:
+    train = [q for q in train if q.applies]
+    x = np.vstack([q.x for q in train])
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale == 0] = 1.0
+    if kind == "pointwise":
+        w = logistic((x - mean) / scale, np.concatenate([q.y for q in train]), l2, bias=True)
+    else:  # pairs: every evidence turn against every other candidate of its question
+        diffs = []
+        for q in train:
+            z = (q.x - mean) / scale
+            pos, neg = z[q.y == 1], z[q.y == 0]
+            if len(pos) and len(neg):
+                diffs.append((pos[:, None, :] - neg[None, :, :]).reshape(-1, x.shape[1]))
+        d = np.vstack(diffs)
+        # each pair both ways round, so a model without bias sees both labels
+        w = logistic(np.vstack([d, -d]), np.concatenate([np.ones(len(d)), np.zeros(len(d))]), l2, bias=False)
+    return rerank.Model(tuple(float(v) for v in w / scale))  # the bias and the centring do not move the order
+
+
+Scores = tuple[dict[str, float], dict[str, float], dict[str, float]]
+
+
+def score(qs: Sequence[Query], ds: Dataset, model: rerank.Model | None) -> Scores:
+    """recall@10, recall@5, NDCG@10 per question, ordered by ``model`` (None: the first stage's
+    order), gated as recall gates."""
+    r10, r5, nd = {}, {}, {}
+    for q in qs:
+        order = list(range(len(q.cands)))
+        if model is not None and q.applies:
+            s = [model.score(x) for x in q.x]
+            order.sort(key=lambda i: -s[i])  # stable: ties keep the first stage's order
+        kept = gated([q.cands[i] for i in order], len(q.agent.doc_ids))
+        ranked = [q.agent.doc_ids[int(r.split(":")[1]) - 1] for r in kept][:K]
+        r10[q.qid] = recall_at_k(ranked, ds.qrels[q.qid])
+        r5[q.qid] = recall_at_k(ranked, ds.qrels[q.qid], 5)
+        nd[q.qid] = ndcg_at_k(ranked, ds.qrels[q.qid])
+    return r10, r5, nd
+
+
+def prepare(data: Path, embedder: str | None, dev_half: bool) -> tuple[Dataset, dict[str, Agent], dict[str, Lists]]:
+    ds = load_dataset(data)
+    if dev_half:
+        ds = assign_halves(ds)
+    agents = build(ds, embedder)
+    emb = load_local_embedder(embedder)
+    qids = [q for qs in ds.query_sets.values() for q in qs if not dev_half or ds.half_of[q] == "dev"]
+    texts = {q: t for qs in ds.query_sets.values() for q, t in qs.items()}
+    qvecs = dict(zip(qids, emb.embed([texts[q] for q in qids]), strict=True))
+    return ds, agents, {q: retrieve(agents[ds.agent_of.get(q, AGENT)], qvecs[q], texts[q], 5 * K) for q in qids}
+
+
+def summary(s: Scores, base: Scores, qids: Sequence[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for i, metric in enumerate(("recall@10", "recall@5", "ndcg@10")):
+        d, ci = paired(s[i], base[i], qids)
+        out[metric] = {"value": statistics.fmean(s[i][q] for q in qids), "minus_default": [d, ci]}
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=LOCOMO_DEV)
+    ap.add_argument("--embedder", default=None)
+    ap.add_argument("--pool", default="20,30,50", help="rows of each list the second stage sees (comma list)")
+    ap.add_argument("--kind", default="pointwise,pairwise")
+    ap.add_argument("--l2", default="0.001,0.01,0.1")
+    ap.add_argument("--cv", action="store_true")
+    ap.add_argument("--check", type=Path, default=None, help="a qrels dataset: the shipped model on its dev half")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    report: dict[str, object] = {}
+    if args.check:
+        ds, agents, lists = prepare(args.check, args.embedder, dev_half=True)
+        pool = int(args.pool.split(",")[0])
+        qs = queries(ds, agents, lists, pool)
+        base = evaluate(VARIANTS["default"], ds, agents, lists)
+        mine = score(qs, ds, rerank.DEFAULT_MODEL)
+        for name, set_q in ds.query_sets.items():
+            ids = [q for q in set_q if q in lists]
+            report[name] = summary(mine, base, ids)
+            nd = report[name]["ndcg@10"]  # type: ignore[index]
+            d, ci = nd["minus_default"]
+            print(f"{name}: NDCG@10 {nd['value']:.3f} minus default {d:+.3f} ± {ci:.3f}")
+    else:
+        ds, agents, lists = prepare(args.data, args.embedder, dev_half=False)
+        base = evaluate(VARIANTS["default"], ds, agents, lists)
+        qids = list(lists)
+        convs = sorted({ds.agent_of[q] for q in qids})
+        for pool in map(int, args.pool.split(",")):
+            qs = queries(ds, agents, lists, pool)
+            first = summary(score(qs, ds, None), base, qids)
+            report[f"pool{pool}-first-stage"] = first
+            r, n = first["recall@10"], first["ndcg@10"]  # type: ignore[index]
+            print(f"pool{pool}-first-stage: R@10 {r['value']:.3f}  NDCG@10 {n['value']:.3f}", flush=True)
+            for kind in args.kind.split(","):
+                for l2 in map(float, args.l2.split(",")):
+                    label = f"pool{pool}-{kind}-l2{l2}"
+                    if args.cv:
+                        held: Scores = ({}, {}, {})
+                        folds = []
+                        for conv in convs:
+                            model = fit([q for q in qs if q.conv != conv], kind, l2)
+                            test = [q for q in qs if q.conv == conv]
+                            s = score(test, ds, model)
+                            for i in range(3):
+                                held[i].update(s[i])
+                            ids = [q.qid for q in test]
+                            folds.append([statistics.fmean(s[i][q] - base[i][q] for q in ids) for i in (0, 2)])
+                        row = summary(held, base, qids)
+                        row["recall@10_by_category"] = {
+                            c: statistics.fmean(held[0][q] for q in set_q if q in held[0])
+                            for c, set_q in ds.query_sets.items()
+                        }
+                        print("  held-out recall@10 by category:", row["recall@10_by_category"])
+                        row["fold_minus_default"] = {
+                            "recall@10": [f[0] for f in folds],
+                            "ndcg@10": [f[1] for f in folds],
+                        }
+                    else:
+                        model = fit(qs, kind, l2)
+                        row = summary(score(qs, ds, model), base, qids)
+                        row["model"] = {"weights": model.weights}
+                    report[label] = row
+                    r, n = row["recall@10"], row["ndcg@10"]  # type: ignore[index]
+                    spread = ""
+                    if args.cv:
+                        fr = row["fold_minus_default"]  # type: ignore[index]
+                        fold_r, fold_n = fr["recall@10"], fr["ndcg@10"]
+                        spread = (
+                            f"  folds R@10 {statistics.fmean(fold_r):+.3f}±{statistics.stdev(fold_r):.3f}"
+                            f" NDCG {statistics.fmean(fold_n):+.3f}±{statistics.stdev(fold_n):.3f}"
+                        )
+                    (dr, cr), (dn, cn) = r["minus_default"], n["minus_default"]
+                    print(
+                        f"{label}: R@10 {r['value']:.3f} ({dr:+.3f} ± {cr:.3f})"
+                        f"  NDCG@10 {n['value']:.3f} ({dn:+.3f} ± {cn:.3f}){spread}",
+                        flush=True,
+                    )
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
