@@ -62,6 +62,21 @@ def digest_of(projection: Projection) -> str:
 ProgressFn = Callable[[int, int], None]
 
 
+def fold_record(projections: Iterable[Projection], offset: int, value: bytes, vector: bytes | None) -> None:
+    """Fold the record at ``offset`` (its encoded event and vector attachment) into each
+    projection that has not applied it: an erasure as the deletion it lists, an event it
+    redacted only into the folds that keep envelopes (projections/redaction.py)."""
+    ev = fold_form(decode(value))
+    if vector is not None:
+        ev["vector"] = vector  # the attachment, for folds that need vectors
+    redacted = is_redacted(ev)
+    for p in projections:
+        if offset > p.offset:
+            if not redacted or sees_redacted(p):
+                p.apply(offset, ev)
+            p.offset = offset
+
+
 class FoldedModels(Protocol):
     """Read models folded up to a point of a log: a runner's, or a Kafka worker's of one
     partition (api/kafka/worker/). ``offset`` is the last event they include (-1: none)."""
@@ -191,15 +206,7 @@ class ProjectionRunner:
 
     def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
         """Fold one record into every projection that has not applied it (``FoldedModels``)."""
-        ev = fold_form(decode(value))
-        if vector is not None:
-            ev["vector"] = vector  # the attachment, for folds that need vectors
-        redacted = is_redacted(ev)
-        for p in self.projections:
-            if offset > p.offset:
-                if not redacted or sees_redacted(p):
-                    p.apply(offset, ev)
-                p.offset = offset
+        fold_record(self.projections, offset, value, vector)
 
     def digests(self) -> dict[str, str]:
         return {p.name: digest_of(p) for p in self.projections}

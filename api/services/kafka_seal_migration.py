@@ -29,8 +29,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from memstream.api.services.progress import Progress
 from memstream.projections.catalog import ReadModelOptions, read_models
-from memstream.projections.redaction import fold_form, is_redacted, sees_redacted
-from memstream.projections.runner import digest_of
+from memstream.projections.runner import digest_of, fold_record
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import decode
 from memstream.streams.keys.kafka import (
@@ -177,16 +176,8 @@ class _Fold:
         self.decision = DecisionState(partitions)
 
     def event(self, offset: int, value: bytes, vector: bytes | None) -> None:
-        ev = decode(value)
-        self.decision.apply_event(offset, ev)
-        ev = fold_form(ev)  # as ProjectionRunner.apply folds: erasures as deletions, redacted events skipped
-        if vector is not None:
-            ev["vector"] = vector
-        redacted = is_redacted(ev)
-        for p in self.models:
-            if not redacted or sees_redacted(p):
-                p.apply(offset, ev)
-            p.offset = offset
+        self.decision.apply_event(offset, decode(value))
+        fold_record(self.models, offset, value, vector)
 
     def audit(self, offset: int, value: bytes) -> None:
         self.decision.apply_audit(offset, decode(value))
@@ -511,9 +502,11 @@ async def seal_topics(
             deleted = await _retire(admin, old, old_checkpoints) if delete_old else []
             return {"sealed": False, "already_migrated": True, "new_prefix": new.prefix, "deleted": deleted}
         for topic in (old.events_topic, old.audit_topic):
-            if old_counts.get(topic) != old.partitions:
+            if topic not in old_counts:
+                raise KafkaSealError(f"no topic {topic} at {old.bootstrap}: is --prefix {old.prefix!r} right?")
+            if old_counts[topic] != old.partitions:
                 raise KafkaSealError(
-                    f"topic {topic} has {old_counts.get(topic, 'no')} partitions; --partitions says {old.partitions}"
+                    f"topic {topic} has {old_counts[topic]} partitions; --partitions says {old.partitions}"
                 )
         ends = await _ends(consumer, old)
         total = sum(e + a for e, a in ends.values())
