@@ -16,20 +16,21 @@ from __future__ import annotations
 
 import html
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import quote, urlencode
 
 import orjson
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, Response
+from starlette.routing import Route
 
 from memstream.api.faces.auth import LOGIN_PATH, SESSION_KEY, scope_caller
-from memstream.api.faces.sessions import COOKIE_PATH, LOGIN_COOKIE, LOGIN_NONCE_S, SESSION_COOKIE, AuditSessions
+from memstream.api.faces.login import LoginPage, login_routes
+from memstream.api.faces.sessions import COOKIE_PATH, LOGIN_COOKIE, SESSION_COOKIE, AuditSessions
 from memstream.api.services.acl import READ, WILDCARD, AclConfig, Demand
 from memstream.api.tools.dispatch import dispatch
 from memstream.api.tools.registry import Caller
 
 LOGOUT_PATH = "/audit/logout"
-MAX_FORM_BYTES = 16_384
 
 PAGE_LIMIT = 500
 HEADERS = {
@@ -180,7 +181,7 @@ def _may_sweep(acl: AclConfig | None, caller: Caller) -> bool:
 def add_audit_routes(app: FastAPI, acl: AclConfig | None = None, sessions: AuditSessions | None = None) -> None:
     """The audit page's routes; with ``acl`` and ``sessions``, its login and logout too."""
     if acl is not None and sessions is not None:
-        _add_login_routes(app, acl, sessions)
+        app.router.routes.extend(_login(acl, sessions))
 
     @app.get("/audit", include_in_schema=False)
     async def audit_page(request: Request) -> HTMLResponse:
@@ -243,77 +244,29 @@ def add_audit_routes(app: FastAPI, acl: AclConfig | None = None, sessions: Audit
         return _page(f"Memory {history.get('ref', ref)}", subtitle, _timeline(items), request=request)
 
 
-def _add_login_routes(app: FastAPI, acl: AclConfig, sessions: AuditSessions) -> None:
-    """``/audit/login`` exchanges a bearer token for a session cookie; ``/audit/logout`` ends it.
-    Both forms carry a CSRF token; the cookies are HttpOnly and SameSite=Strict."""
-
-    def login_form(request: Request, message: str = "", status: int = 200) -> HTMLResponse:
-        nonce, token = sessions.login_nonce()
-        form = (
-            f"<form method='post' action='{LOGIN_PATH}'>"
-            f"<input type='hidden' name='csrf' value='{_e(token)}'>"
-            "<label>Token <input type='password' name='token' autocomplete='off' size='40' autofocus></label> "
-            "<button type='submit'>Log in</button></form>"
-        )
-        error = f"<p class='err'>{_e(message)}</p>" if message else ""
-        doc = (
+def _login(acl: AclConfig, sessions: AuditSessions) -> list[Route]:
+    def draw_login(form: str) -> str:
+        return (
             "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>memstream audit: log in</title><style>{STYLE}</style></head><body>"
             "<h1>memstream audit: log in</h1><p class='sub'>Sign in with your client's bearer token "
-            f"(the ACL file's). The page shows what that client may read.</p>{error}{form}</body></html>"
+            f"(the ACL file's). The page shows what that client may read.</p>{form}</body></html>"
         )
-        response = HTMLResponse(doc, status_code=status, headers=HEADERS)
-        _set_cookie(request, response, LOGIN_COOKIE, nonce, LOGIN_NONCE_S)
-        return response
 
-    @app.get(LOGIN_PATH, include_in_schema=False)
-    async def login_page(request: Request) -> HTMLResponse:
-        return login_form(request)
+    def refuse_logout(request: Request, error: str) -> Response:
+        return _page("memstream audit", "", error, 403, request=request)
 
-    @app.post(LOGIN_PATH, include_in_schema=False)
-    async def login(request: Request) -> Response:
-        fields = await _form_fields(request)
-        if fields is None:
-            return login_form(request, "The form was too large.", 413)
-        if not sessions.login_token_ok(request.cookies.get(LOGIN_COOKIE), fields.get("csrf")):
-            return login_form(request, "The form expired or did not come from this page; try again.", 403)
-        client_id = acl.authenticate(fields.get("token", "").strip())
-        if client_id is None:
-            return login_form(request, "Unknown token.", 401)
-        _, cookie = sessions.open(client_id)
-        response = RedirectResponse("/audit", status_code=303, headers={"Cache-Control": "no-store"})
-        _set_cookie(request, response, SESSION_COOKIE, cookie, int(sessions.lifetime_s))
-        response.delete_cookie(LOGIN_COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")
-        return response
-
-    @app.post(LOGOUT_PATH, include_in_schema=False)
-    async def logout(request: Request) -> Response:
-        session = request.scope.get(SESSION_KEY)
-        if session is not None:
-            fields = await _form_fields(request)
-            if fields is None or not sessions.csrf_ok(session, fields.get("csrf")):
-                body = "<p class='err'>The form did not come from this page; you are still signed in.</p>"
-                return _page("memstream audit", "", body, 403, request=request)
-            sessions.close(session)
-        response = RedirectResponse(LOGIN_PATH, status_code=303, headers={"Cache-Control": "no-store"})
-        response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")
-        return response
-
-
-def _set_cookie(request: Request, response: Response, name: str, value: str, max_age: int) -> None:
-    secure = request.url.scheme == "https"
-    response.set_cookie(name, value, max_age=max_age, path=COOKIE_PATH, secure=secure, httponly=True, samesite="strict")
-
-
-async def _form_fields(request: Request) -> dict[str, str] | None:
-    """An urlencoded form's fields (first value of each), or None past MAX_FORM_BYTES."""
-    raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_FORM_BYTES:
-            return None
-    pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
-    fields: dict[str, str] = {}
-    for key, value in pairs:
-        fields.setdefault(key, value)
-    return fields
+    page = LoginPage(
+        login_path=LOGIN_PATH,
+        logout_path=LOGOUT_PATH,
+        home="/audit",
+        session_cookie=SESSION_COOKIE,
+        session_path=COOKIE_PATH,
+        nonce_cookie=LOGIN_COOKIE,
+        nonce_path=COOKIE_PATH,
+        headers=HEADERS,
+        session_of=lambda request: request.scope.get(SESSION_KEY),  # resolved by BearerAuth
+        draw_login=draw_login,
+        refuse_logout=refuse_logout,
+    )
+    return login_routes(page, acl, sessions)

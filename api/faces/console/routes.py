@@ -21,7 +21,6 @@ from __future__ import annotations
 import html
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -29,7 +28,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from memstream.api.faces.auth import CONSOLE_COOKIE, is_loopback
-from memstream.api.faces.sessions import LOGIN_NONCE_S, AuditSessions, Session
+from memstream.api.faces.login import LoginPage, login_routes
+from memstream.api.faces.sessions import AuditSessions, Session
 from memstream.api.services.acl import AclConfig
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -42,7 +42,6 @@ LOGIN_PATH = "/console/login"
 LOGOUT_PATH = "/console/logout"
 LOGIN_COOKIE = "memstream_console_login"
 LOGIN_COOKIE_PATH = "/console"
-MAX_FORM_BYTES = 16_384
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
     "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
@@ -133,75 +132,32 @@ def add_console_routes(app: Starlette, acl: AclConfig | None = None, sessions: A
 
     routes = [Route("/", index, methods=["GET"]), Route("/console/static/{name}", asset, methods=["GET"])]
     if acl is not None and sessions is not None:
-        routes += _login_routes(acl, sessions)
+        routes += _login(acl, sessions)
     app.router.routes.extend(routes)
 
 
-def _login_routes(acl: AclConfig, sessions: AuditSessions) -> list[Route]:
-    def login_form(request: Request, message: str = "", status: int = 200) -> HTMLResponse:
-        nonce, token = sessions.login_nonce()
-        error = f"<p class='err'>{_e(message)}</p>" if message else ""
+def _login(acl: AclConfig, sessions: AuditSessions) -> list[Route]:
+    def draw_login(form: str) -> str:
         body = (
             "<main class='login'><h1>memstream console: log in</h1><p class='muted'>Sign in with your client's "
-            f"bearer token (the ACL file's). The console shows what that client may read.</p>{error}"
-            f"<form method='post' action='{LOGIN_PATH}'><input type='hidden' name='csrf' value='{_e(token)}'>"
-            "<label>Token <input type='password' name='token' autocomplete='off' size='40' autofocus></label> "
-            "<button type='submit'>Log in</button></form></main>"
+            f"bearer token (the ACL file's). The console shows what that client may read.</p>{form}</main>"
         )
-        response = HTMLResponse(_doc("memstream console: log in", body), status_code=status, headers=HEADERS)
-        _cookie(request, response, LOGIN_COOKIE, nonce, LOGIN_NONCE_S, LOGIN_COOKIE_PATH)
-        return response
+        return _doc("memstream console: log in", body)
 
-    async def login_page(request: Request) -> HTMLResponse:
-        return login_form(request)
+    def refuse_logout(request: Request, error: str) -> Response:
+        return HTMLResponse(_doc("memstream console", f"<main>{error}</main>"), 403, headers=HEADERS)
 
-    async def login(request: Request) -> Response:
-        fields = await _form_fields(request)
-        if fields is None:
-            return login_form(request, "The form was too large.", 413)
-        if not sessions.login_token_ok(request.cookies.get(LOGIN_COOKIE), fields.get("csrf")):
-            return login_form(request, "The form expired or did not come from this page; try again.", 403)
-        client_id = acl.authenticate(fields.get("token", "").strip())
-        if client_id is None:
-            return login_form(request, "Unknown token.", 401)
-        _, cookie = sessions.open(client_id)
-        response = RedirectResponse("/", status_code=303, headers={"Cache-Control": "no-store"})
-        _cookie(request, response, CONSOLE_COOKIE, cookie, int(sessions.lifetime_s), "/")
-        response.delete_cookie(LOGIN_COOKIE, path=LOGIN_COOKIE_PATH, httponly=True, samesite="strict")
-        return response
-
-    async def logout(request: Request) -> Response:
-        session = sessions.resolve(request.cookies.get(CONSOLE_COOKIE))
-        if session is not None:
-            fields = await _form_fields(request)
-            if fields is None or not sessions.csrf_ok(session, fields.get("csrf")):
-                body = "<main><p class='err'>The form did not come from this page; you are still signed in.</p></main>"
-                return HTMLResponse(_doc("memstream console", body), 403, headers=HEADERS)
-            sessions.close(session)
-        response = RedirectResponse(LOGIN_PATH, status_code=303, headers={"Cache-Control": "no-store"})
-        response.delete_cookie(CONSOLE_COOKIE, path="/", httponly=True, samesite="strict")
-        return response
-
-    return [
-        Route(LOGIN_PATH, login_page, methods=["GET"]),
-        Route(LOGIN_PATH, login, methods=["POST"]),
-        Route(LOGOUT_PATH, logout, methods=["POST"]),
-    ]
-
-
-def _cookie(request: Request, response: Response, name: str, value: str, max_age: int, path: str) -> None:
-    secure = request.url.scheme == "https"
-    response.set_cookie(name, value, max_age=max_age, path=path, secure=secure, httponly=True, samesite="strict")
-
-
-async def _form_fields(request: Request) -> dict[str, str] | None:
-    """An urlencoded form's fields (first value of each), or None past MAX_FORM_BYTES."""
-    raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_FORM_BYTES:
-            return None
-    fields: dict[str, str] = {}
-    for key, value in parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True):
-        fields.setdefault(key, value)
-    return fields
+    page = LoginPage(
+        login_path=LOGIN_PATH,
+        logout_path=LOGOUT_PATH,
+        home="/",
+        session_cookie=CONSOLE_COOKIE,
+        session_path="/",
+        nonce_cookie=LOGIN_COOKIE,
+        nonce_path=LOGIN_COOKIE_PATH,
+        headers=HEADERS,
+        session_of=lambda request: sessions.resolve(request.cookies.get(CONSOLE_COOKIE)),
+        draw_login=draw_login,
+        refuse_logout=refuse_logout,
+    )
+    return login_routes(page, acl, sessions)
