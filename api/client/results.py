@@ -21,6 +21,54 @@ class WriteResult(Result):
     ok: bool = True
 
 
+# -- parts several answers share ---------------------------------------------------------------
+
+
+class Counted(Result):
+    """A listing's answer: ``count`` of what it lists."""
+
+    count: int = 0
+
+
+class GraphParts(Result):
+    """Declared entities and relations, as the association tools give them."""
+
+    entities: list[dict[str, Any]] = []
+    relations: list[dict[str, Any]] = []
+
+
+class Source(Result):
+    type: str | None = None
+    id: str | None = None
+    name: str | None = None
+
+
+class SourcedText(Result):
+    """A record's text by its ref (``mem:<id>``, ``ep:<id>``), with where and when it came from."""
+
+    ref: str
+    content: str
+    source: Source | None = None
+    timestamp: str | None = None
+
+
+class Record(Result):
+    """A memory or an episode: what both are stored with."""
+
+    id: int
+    agent_id: str
+    project_id: str = ""
+    created_at: str | None = None
+
+
+class Logged(Result):
+    """An entry of the log or of the audit trail: when, in what scope, under which command."""
+
+    at: str | None = None
+    scope: dict[str, Any] = {}
+    command_id: str | None = None
+
+
 # -- writes ------------------------------------------------------------------------------------
 
 
@@ -74,11 +122,9 @@ class PrecisionResult(WriteResult):
     overridden: bool | None = None
 
 
-class DeclareAssociationsResult(WriteResult):
+class DeclareAssociationsResult(WriteResult, GraphParts):
     result: str | None = None
-    entities: list[dict[str, Any]] = []
     mentions: int = 0
-    relations: list[dict[str, Any]] = []
     dropped: list[dict[str, Any]] = []
 
 
@@ -131,17 +177,7 @@ class ReembedResult(Result):
 # -- reads -------------------------------------------------------------------------------------
 
 
-class Source(Result):
-    type: str | None = None
-    id: str | None = None
-    name: str | None = None
-
-
-class RecallHit(Result):
-    content: str
-    ref: str
-    source: Source | None = None
-    timestamp: str | None = None
+class RecallHit(SourcedText):
     match_reason: dict[str, Any] | None = None
 
     @property
@@ -166,68 +202,50 @@ class FleetAgentHits(Result):
     messages: list[RecallHit] = []
 
 
-class RecallFleetResult(Result):
+class RecallFleetResult(Counted):
     results: list[FleetAgentHits] = []
-    count: int = 0
 
 
-class Content(Result):
-    ref: str
-    content: str
-    source: Source | None = None
-    timestamp: str | None = None
+class Content(SourcedText):
+    """One of ``get_contents``' items."""
 
 
-class GetContentsResult(Result):
+class GetContentsResult(Counted):
     items: list[Content] = []
     missing: list[Any] = []
-    count: int = 0
 
 
-class Memory(Result):
-    id: int
-    agent_id: str
+class Memory(Record):
     content: str
-    project_id: str = ""
     channel: str = ""
     source: Source | None = None
     timestamp: str | None = None
-    created_at: str | None = None
     locked: bool = False
 
 
-class ListMemoriesResult(Result):
+class ListMemoriesResult(Counted):
     memories: list[Memory] = []
-    count: int = 0
 
 
-class Episode(Result):
-    id: int
-    agent_id: str
+class Episode(Record):
     summary: str
-    project_id: str = ""
     keywords: str = ""
     start_time: str | None = None
     end_time: str | None = None
-    created_at: str | None = None
 
 
-class ListEpisodesResult(Result):
+class ListEpisodesResult(Counted):
     episodes: list[Episode] = []
-    count: int = 0
 
 
-class Event(Result):
+class Event(Logged):
     """One event of the log, as ``history`` (and the change feed) gives it."""
 
     offset: int
     type: str
     partition: int | None = None
     event_id: str | None = None
-    at: str | None = None
     actor: dict[str, Any] = {}
-    scope: dict[str, Any] = {}
-    command_id: str | None = None
     change: dict[str, Any] = {}
 
     @property
@@ -242,14 +260,11 @@ class HistoryResult(Result):
     ref: str | None = None
 
 
-class AuditRecord(Result):
+class AuditRecord(Logged):
     audit_offset: int
     kind: str
     tool: str | None = None
-    at: str | None = None
     who: dict[str, Any] = {}
-    scope: dict[str, Any] = {}
-    command_id: str | None = None
     why: str | None = None
     outcome: dict[str, Any] = {}
 
@@ -282,21 +297,16 @@ class ReconstructResult(Result):
     shortfall_reason: str | None = None
 
 
-class TraverseResult(Result):
+class TraverseResult(GraphParts):
     entity: str | None = None
-    entities: list[dict[str, Any]] = []
-    relations: list[dict[str, Any]] = []
     reason: str | None = None
 
 
-class GraphResult(Result):
+class GraphResult(GraphParts, Counted):
     """An agent's declared graph: entities, relations, and a preview of each record named."""
 
     agent_id: str | None = None
-    entities: list[dict[str, Any]] = []
-    relations: list[dict[str, Any]] = []
     records: dict[str, str] = {}
-    count: int = 0
 
 
 class ContingentResult(Result):
@@ -326,9 +336,8 @@ class AgentSummary(Result):
     last_event: dict[str, Any] | None = None
 
 
-class ListAgentsResult(Result):
+class ListAgentsResult(Counted):
     agents: list[AgentSummary] = []
-    count: int = 0
 
 
 # The answer model of each tool; a tool missing here answers a plain ``Result``.
