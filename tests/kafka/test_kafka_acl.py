@@ -30,6 +30,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from memstream.api.services.settings import load_settings
+from memstream.streams.deciders.sealing import LazySealing
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog
 from memstream.streams.log.port import partition_for
 from memstream.streams.log.sqlite import SqliteLog
@@ -166,12 +167,14 @@ async def ends(cfg: KafkaConfig) -> tuple[dict[int, int], dict[int, int]]:
 
 
 async def audit_records(cfg: KafkaConfig, partition: int, start: int) -> list[dict[str, Any]]:
-    log = KafkaLog(cfg)
+    opener = LazySealing(cfg)  # the audit topic is sealed: opened with the deployment's master key
+    log = KafkaLog(cfg, opener)
     await log.start()
     try:
         return [json.loads(r.value or b"") for r in await log.read_records(cfg.audit_topic, partition, start)]
     finally:
         await log.close()
+        opener.close()
 
 
 async def seed(d: Deployment, agent: str, content: str) -> int:
@@ -401,6 +404,24 @@ async def test_admin_tools_need_the_admin_grant(as_client: Any, deployment: Depl
         assert body["required"] == "admin"
     finally:
         await face.close()
+
+
+async def test_erasure_needs_the_grants_of_embedded_mode(as_client: Any, deployment: Deployment) -> None:
+    """Forwarded like any write after the router's grant check (docs/erasure.md, "Who may erase"):
+    erase_agent_data needs the admin grant, erase_memory write access to the agent."""
+    not_admin, reader, writer = as_client("rw-all-not-admin"), as_client("r-alice"), as_client("rw-alice")
+    try:
+        body = await not_admin.call("erase_agent_data", {"agent_id": "alice", "reason": "account closed"})
+        assert_denied(body, "erase_agent_data", "rw-all-not-admin")
+        assert body["required"] == "admin"
+        stored = await writer.call("store", {"agent_id": "alice", "content": unique("a note to erase")})
+        request = {"agent_id": "alice", "memory_id": stored["id"], "reason": "data subject request"}
+        assert_denied(await reader.call("erase_memory", request), "erase_memory", "r-alice")
+        erased = await writer.call("erase_memory", request)
+        assert erased["ok"] is True and erased["erased"] == [f"mem:{stored['id']}"], erased
+    finally:
+        for f in (not_admin, reader, writer):
+            await f.close()
 
 
 async def test_file_transfers_need_the_admin_grant(as_client: Any, deployment: Deployment) -> None:
