@@ -17,14 +17,18 @@ from typing import Any
 import pytest
 
 from memstream.api.kafka.worker.replay import rebuild_partitions
+from memstream.streams import commands as c
+from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.deciders.sealing import KafkaSealing
 from memstream.streams.keys.kafka import KeyTopicBounds, keys_topic
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, matching
+from memstream.streams.log.port import partition_for
 from memstream.streams.log.sealing import is_sealed
 from tests.support.deployment import Deployment
 from tests.support.digests import live_digests
 from tests.support.embedders import HashEmbedder
 from tests.support.faces import HttpFace, McpFace
+from tests.support.kafka_commands import env
 
 pytestmark = [pytest.mark.kafka]
 
@@ -61,19 +65,19 @@ def topic_dirs(cfg: KafkaConfig) -> str:
     return f"{cfg.prefix}.*"
 
 
-async def wrapped_keys_of(cfg: KafkaConfig, agent: str, text: str) -> list[bytes]:
-    """The wrapped data keys (as the keys topic stores them) sealing ``agent``'s events that
-    open to hold ``text``."""
+async def wrapped_keys_of(cfg: KafkaConfig, agent: str, text: str) -> dict[bytes, bytes]:
+    """Key id -> wrapped data key (as the keys topic stores it) of the keys sealing ``agent``'s
+    events that open to hold ``text``."""
     sealing = await asyncio.to_thread(KafkaSealing.from_env, cfg)
     kafka = KafkaLog(cfg)
     await kafka.start()
-    out: list[bytes] = []
+    out: dict[bytes, bytes] = {}
     try:
         for p in range(cfg.partitions):
             for rec in await kafka.read_records(cfg.events_topic, p, 0, None, matching(agent), raw=True):
                 value = rec.value or b""
                 if is_sealed(value) and text.encode() in sealing.open(p, value, None)[0]:
-                    out.append(sealing.store._wrapped[value[4:20]])
+                    out[value[4:20]] = sealing.store._wrapped[value[4:20]]
     finally:
         await kafka.close()
         await asyncio.to_thread(sealing.close)
@@ -133,7 +137,7 @@ async def test_erasure_through_the_router_reaches_every_copy(
             refused = await http.call("store", {"agent_id": "frank", "content": FRANK, "timestamp": "not-a-time"})
             assert refused.get("result") != "stored", refused
             assert "Zebulon" in await reads(http, "alice", "saffron nougat allergy", mid)
-            secret_keys = await wrapped_keys_of(cfg, "alice", "Zebulon")
+            secret_keys = list((await wrapped_keys_of(cfg, "alice", "Zebulon")).values())
             assert secret_keys, "the secret's events are not sealed"
             keys_dir = f"{keys_topic(cfg)}-*"
             assert hits(BROKER_LOGS, secret_keys, keys_dir), "the secret's keys are not in the keys topic's files"
@@ -189,3 +193,40 @@ async def test_erasure_through_the_router_reaches_every_copy(
         print(f"destroyed keys left the keys topic's files {time.monotonic() - erased_at:.1f} s after the erasure")
     finally:
         await http.close()
+
+
+async def test_an_erasure_left_pending_is_completed_by_the_next_owner(deployment: Deployment, cfg: KafkaConfig) -> None:
+    """An erasure whose event is in the topic but whose keys were never destroyed (its worker
+    died after the append) is completed by the worker that takes the partition next."""
+    first = deployment.worker()
+    deployment.router()
+    await deployment.ready()
+    http = HttpFace(deployment.url)
+    bus = KafkaCommandBus(cfg, reply_timeout_s=60)
+    sealing = await asyncio.to_thread(KafkaSealing.from_env, cfg)
+    try:
+        async with asyncio.timeout(240):
+            mid = await stored(http, "alice", SECRET)
+            keys = await wrapped_keys_of(cfg, "alice", "Zebulon")
+            assert keys
+            # Decided, never completed: on the commands topic as a router sends it, and no
+            # worker's erase runs for it.
+            await bus.start()
+            cmd = c.EraseMemory(**env("alice"), kind="mem", record_id=mid, reason="left pending")
+            committed = await bus.submit(cmd)
+            assert committed.outcome.result == "applied" and committed.offset is not None
+            partition = partition_for("alice", cfg.partitions)
+            assert sealing.store.for_partition(partition).erased_through() == (-1, -1)
+            assert all(sealing.store.get(k) is not None for k in keys)  # not destroyed yet
+            first.kill()  # the worker dies; the next owner of the partition completes it
+            first.wait()
+            deployment.worker()
+            while sealing.store.for_partition(partition).erased_through()[0] < committed.offset:
+                await asyncio.sleep(0.2)
+            assert all(sealing.store.get(k) is None for k in keys)
+            history = repr(await http.call("history", {"ref": f"mem:{mid}"}))
+            assert "Zebulon" not in history and "record.erased" in history
+    finally:
+        await bus.close()
+        await http.close()
+        await asyncio.to_thread(sealing.close)
