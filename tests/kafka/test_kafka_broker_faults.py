@@ -233,7 +233,7 @@ async def test_broker_restart_while_a_worker_catches_up(broker: LocalBroker, fau
                 folded = (await client.get(f"{newcomer}/health")).json()["partitions"]
             behind = {p: f"{int(off) + 1}/{ends[int(p)]}+" for p, off in folded.items()}
             print(f"\nthe newcomer's partitions when the broker died (events folded / in the log): {behind}")
-            await asyncio.sleep(3)
+            await asyncio.sleep(3)  # the fault itself: the broker stays down while the newcomer folds
             await asyncio.to_thread(broker.start)
 
         storm = await through_fault(faulty, restart_worker_then_broker)

@@ -29,7 +29,7 @@ class Slow(SecondHashEmbedder):
         self.pause = pause
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        time.sleep(self.pause)
+        time.sleep(self.pause)  # a slow model, so the job can be killed part-way: the thing under test
         return super().embed(texts)
 
 

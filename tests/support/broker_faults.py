@@ -199,7 +199,7 @@ class Storm:
                 error = f"{type(exc).__name__}: {exc}"
             self.attempts.append(Attempt(f"r{n}", "", started, time.monotonic() - started, status, body, error, True))
             i += 1
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the readers' pace: load the storm applies, not a wait
 
     async def _client(self, n: int, call: Caller) -> None:
         i = 0
@@ -229,7 +229,7 @@ class Storm:
                 return True
             if stop is not None and stop.is_set():
                 return False
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # a client's pause before it retries; ``stop`` or the caller's timeout ends it
 
     async def settle(self, timeout_s: float = 120.0) -> None:
         """Retry every command id not yet acknowledged until it is (over HTTP, in the body)."""

@@ -119,7 +119,7 @@ async def test_sigkill_during_write_storm_loses_no_acknowledged_write(tmp_path: 
         for trial in range(TRIALS):
             inflight: dict[str, dict[str, Any]] = {}
             storm_task = asyncio.create_task(storm(server.url, trial, acked, inflight))
-            await asyncio.sleep(rng.uniform(0.05, 0.6))
+            await asyncio.sleep(rng.uniform(0.05, 0.6))  # the kill's moment, at random: the thing under test
             server.kill()
             await asyncio.wait_for(storm_task, timeout=60)
 

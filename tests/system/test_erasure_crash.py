@@ -55,7 +55,7 @@ async def run_trial(data: Path, trial: int, rng: random.Random) -> int:
                     await tool(http, "erase_memory", {"agent_id": "v", "memory_id": ids[i], "reason": "crash test"})
 
             tasks = [asyncio.create_task(erase(i)) for i in range(0, RECORDS, 2)]
-            await asyncio.sleep(rng.uniform(0.0, 0.25))
+            await asyncio.sleep(rng.uniform(0.0, 0.25))  # the kill's moment, at random: the thing under test
             server.kill()
             await asyncio.gather(*tasks)
     finally:

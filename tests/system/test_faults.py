@@ -238,7 +238,7 @@ def test_sigkill_while_checkpointing_loses_nothing_and_restarts_equal(filled: Pa
         )
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.05, 1.5))
+        time.sleep(rng.uniform(0.05, 1.5))  # the kill's moment, at random: the thing under test
         proc.send_signal(signal.SIGKILL)
         rest = proc.stdout.read()
         proc.wait(timeout=30)
@@ -277,7 +277,7 @@ def test_sigkill_during_rebuild_leaves_a_startable_store(filled: Path, tmp_path:
     events_before = stored_in_log(data)
     for _ in range(KILL_TRIALS):
         proc = subprocess.Popen(rebuild_cmd(data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.1, full))
+        time.sleep(rng.uniform(0.1, full))  # the kill's moment, spread over a rebuild: the thing under test
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         assert_live_equals_replay(data)

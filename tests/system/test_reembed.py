@@ -122,15 +122,16 @@ async def test_recall_answers_from_the_old_model_during_the_job(settings: Settin
 
         class Slow(SecondHashEmbedder):
             def embed(self, texts: Any) -> Any:
-                time.sleep(0.02)
+                time.sleep(0.02)  # a slow model, so the job lasts while recall runs: the thing under test
                 return super().embed(texts)
 
         job = asyncio.create_task(Reembedder(engine, Slow(), batch=4).run())
         answers = []
-        while not job.done():
-            body = await call(engine, "recall", agent_id="a", query="printer paper jam", limit=5)
-            answers.append(body)
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(120):  # recall, over and over, until the job ends
+            while not job.done():
+                body = await call(engine, "recall", agent_id="a", query="printer paper jam", limit=5)
+                answers.append(body)
+                await asyncio.sleep(0.01)
         report = await job
         assert report.complete
         assert len(answers) > 5, "the job finished before recall was exercised during it"

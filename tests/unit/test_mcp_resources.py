@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -56,7 +56,16 @@ class StandInFeed:
         return sum(self.open.values())
 
 
-async def _settle() -> None:
+async def _until(condition: Callable[[], object]) -> None:
+    """Let the watch's tasks run until ``condition`` holds; fail past a deadline."""
+    async with asyncio.timeout(5):
+        while not condition():
+            await asyncio.sleep(0)
+
+
+async def _turns() -> None:
+    """A few turns of the loop, for a check that something does NOT happen: the watch's tasks
+    get the chance to do it wrongly before the test looks (a positive wait uses ``_until``)."""
     for _ in range(5):
         await asyncio.sleep(0)
 
@@ -105,15 +114,14 @@ async def test_one_feed_subscription_per_agent_released_with_its_last_uri() -> N
     await watch.add(CALLER, parse_uri(memories_uri("a1")))
     await watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
     await watch.add(CALLER, parse_uri(memories_uri("a2")))
-    await _settle()
-    assert feed.open == {"a1": 1, "a2": 1} and watch.feeds == 2
+    await _until(lambda: feed.open == {"a1": 1, "a2": 1})
+    assert watch.feeds == 2
     assert watch.remove(memories_uri("a1"))
-    await _settle()
+    await _turns()
     assert feed.open["a1"] == 1  # a1's memory 1 is still watched
     assert watch.remove(memory_uri("a1", 1))
     assert not watch.remove(memory_uri("a1", 1))
-    await _settle()
-    assert feed.open == {"a1": 0, "a2": 1}
+    await _until(lambda: feed.open == {"a1": 0, "a2": 1})
     await watch.close()
     assert feed.total() == 0 and watch.feeds == 0
     with pytest.raises(MCPError):
@@ -124,11 +132,11 @@ async def test_updates_are_coalesced_per_uri_and_only_for_watched_uris() -> None
     feed = StandInFeed()
     watch = ResourceWatch(feed.changes)
     await watch.add(CALLER, parse_uri(memory_uri("a1", 1)))
-    await _settle()
+    await _until(lambda: "a1" in feed.queues)
     queue = feed.queues["a1"]
     for ident in (2, 1, 3, 1, 1):
         queue.put_nowait(_stored("a1", ident, "memory.updated"))
-    await _settle()
+    await _until(queue.empty)  # the watch took (and coalesced) all five
     updates = watch.updates()
     async with asyncio.timeout(5):
         assert await anext(updates) == memory_uri("a1", 1)
