@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from memstream.streams.keys import sqlite as sqlite_keys
 from memstream.streams.keys.master import MasterKeyError, parse_master_key, resolve_master_key
 from memstream.streams.keys.sqlite import POOL, SqliteKeyStore
 from memstream.streams.log.sealing import Sealer
@@ -26,12 +27,20 @@ def sealed(sealer: Sealer, ev: dict[str, Any], offset: int = 0) -> tuple[bytes, 
     return out
 
 
-def test_destroyed_key_bytes_leave_the_key_store_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk", [sqlite_keys.DESTROY_CHUNK, 7])  # one transaction, or several
+def test_destroyed_key_bytes_leave_the_key_store_files(
+    tmp_path: Path, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_keys, "DESTROY_CHUNK", chunk)
     keys = SqliteKeyStore(tmp_path / "keys.db", MASTER)
     taken = [keys.take()[0] for _ in range(50)]
     with sqlite3.connect(tmp_path / "keys.db") as db:
         wrapped = [db.execute("SELECT wrapped FROM keys WHERE key_id=?", (k,)).fetchone()[0] for k in taken]
-    assert keys.destroy_ids(taken) == 50
+    generation = keys.generation()
+    assert keys.destroy_ids(taken[:45]) == 45
+    assert keys.generation() > generation  # readers drop their cached keys
+    assert [keys.get(k) is None for k in taken] == [True] * 45 + [False] * 5
+    assert keys.destroy_ids(taken) == 5
     for name in ("keys.db", "keys.db-wal"):
         path = tmp_path / name
         data = path.read_bytes() if path.exists() else b""
