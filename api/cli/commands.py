@@ -115,7 +115,12 @@ def serve(
             raise click.ClickException(f"refusing to start: {exc}") from None
         _bind_notice(settings, host, port)
         cfg = kafka_config(bootstrap, prefix, partitions, replication)
-        app = router_app(cfg, host=host, acl=acl, settings=settings)
+        from memstream.streams.keys.master import MasterKeyError
+
+        try:
+            app = router_app(cfg, host=host, acl=acl, settings=settings)
+        except MasterKeyError as exc:  # Kafka mode needs the deployment's master key
+            raise click.ClickException(f"refusing to start: {exc}") from None
         kafka = f"{bootstrap}, topics {prefix}.*, {partitions} partitions"
         serve_app(app, host, port, Served("kafka", kafka, settings.acl_file))
         return
@@ -150,11 +155,12 @@ def mcp(data_dir: Path | None, bootstrap: str | None, prefix: str, partitions: i
     --kafka, every call goes to the `memstream worker` owning its agent."""
     from memstream.api.cli.mcp_stdio import serve_stdio
     from memstream.api.services.acl import AclConfigError
+    from memstream.streams.keys.master import MasterKeyError
 
     cfg = kafka_config(bootstrap, prefix, partitions, replication) if bootstrap else None
     try:
         asyncio.run(serve_stdio(_settings(data_dir), kafka=cfg))
-    except AclConfigError as exc:
+    except (AclConfigError, MasterKeyError) as exc:
         raise click.ClickException(f"refusing to start: {exc}") from None
 
 
@@ -224,7 +230,13 @@ def rebuild(
 
     if bootstrap:
         from memstream.api.kafka.worker.replay import rebuild_partitions
+        from memstream.streams.keys.kafka import kafka_master_key
+        from memstream.streams.keys.master import MasterKeyError
 
+        try:
+            kafka_master_key(os.environ)  # the events are sealed: opening them needs the deployment's key
+        except MasterKeyError as exc:
+            raise click.ClickException(str(exc)) from None
         cfg = kafka_config(bootstrap, prefix, partitions, replication)
         columns = (TextColumn("[bold]events"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, console=_stderr_console()) as bar:
@@ -431,6 +443,7 @@ def worker(
     the worker that owns its agent."""
     from memstream.api.faces.auth import is_loopback
     from memstream.api.kafka.worker.app import run_worker
+    from memstream.streams.keys.master import MasterKeyError
     from memstream.streams.log.kafka import KafkaLogError
 
     settings = _settings(None)
@@ -450,7 +463,7 @@ def worker(
             loglevel=logging.getLevelName(logging.getLogger().level),
             session_timeout_s=session_timeout,
         )
-    except KafkaLogError as exc:
+    except (KafkaLogError, MasterKeyError) as exc:
         raise click.ClickException(str(exc)) from None
 
 

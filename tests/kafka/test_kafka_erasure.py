@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import os
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ import pytest
 from memstream.streams.buses.kafka import KafkaCommandBus
 from memstream.streams.keys.kafka import KafkaKeyStore, KeyTopicBounds, keys_topic
 from memstream.streams.keys.master import MasterKeyError
-from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, delete_topics_with_prefix, ensure_topics
 from memstream.streams.log.sealing import Sealer
 from tests.support.broker import deployment_config, drop_topics, require_broker, stop_processes
 from tests.support.broker_faults import LocalBroker
@@ -268,3 +269,18 @@ async def test_the_commands_retention_is_a_setting_applied_at_start(
     monkeypatch.setenv("MEMSTREAM_KAFKA_COMMANDS_RETENTION_MS", "soon")
     with pytest.raises(ValueError, match="MEMSTREAM_KAFKA_COMMANDS_RETENTION_MS='soon' is not a whole number"):
         KafkaConfig()
+
+
+@pytest.mark.parametrize("command", [["worker"], ["serve"], ["rebuild"], ["mcp"]])
+def test_kafka_mode_refuses_to_start_without_a_master_key(command: list[str], tmp_path: Path) -> None:
+    """Every process of a deployment seals or opens: none starts without the master key, and
+    each says which variables to set (before it creates or reads anything)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
+    env["MEMSTREAM_DATA_DIR"] = str(tmp_path)
+    args = [sys.executable, "-m", "memstream.api.cli", *command, "--kafka", "127.0.0.1:9092", "--prefix",
+            "memstream-it-nokey-never-created", "--partitions", "1"]  # fmt: skip
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode != 0
+    assert "Kafka mode needs a master key: set MEMSTREAM_MASTER_KEY" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert asyncio.run(delete_topics_with_prefix("127.0.0.1:9092", "memstream-it-nokey-never-created")) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import time
 import uuid
@@ -50,6 +51,7 @@ from memstream.streams.deciders.step import NewEvent
 from memstream.streams.decision.limits import Limits
 from memstream.streams.events import AuditRecord, decode
 from memstream.streams.folding import freeze_long_lived
+from memstream.streams.keys.kafka import kafka_master_key
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics, opened
 from memstream.streams.log.port import Committed, partition_for
 from memstream.streams.snapshots import SnapshotStore
@@ -464,13 +466,14 @@ def run_worker(
 
     from memstream.streams.deciders.faust_app import create_app
 
+    kafka_master_key(os.environ)  # required (MasterKeyError says how to set it), before anything is created
     asyncio.run(ensure_topics(cfg))
     sock = socket.socket()
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by accepted connections
     sock.bind((host, port))
     sock.listen(128)
     bound = sock.getsockname()[1]
-    sealing = KafkaSealing.from_env(cfg)  # the master key is required: MasterKeyError says how to set it
+    sealing = KafkaSealing.from_env(cfg)
     worker = Worker(cfg, settings, url=f"http://{host}:{bound}", sealing=sealing)
 
     class _Server(uvicorn.Server):
