@@ -26,7 +26,7 @@ from memstream.api.faces.audit_page import add_audit_routes
 from memstream.api.faces.auth import BearerAuth, not_admin, scope_caller
 from memstream.api.faces.console.routes import add_console_routes
 from memstream.api.faces.feed import EngineFeed, add_feed_route
-from memstream.api.faces.mcp import streamable_http_app
+from memstream.api.faces.mcp_on_demand import McpOnDemand
 from memstream.api.faces.origin import OriginGuard, origin_policy
 from memstream.api.faces.sessions import AuditSessions
 from memstream.api.services.acl import load_configured
@@ -158,23 +158,22 @@ def create_app(
     policy = origin_policy(settings, host)
     eng = EmbeddedEngine(settings, embedder=embedder)
     eng.acl = acl
-    mcp_app = mcp_lifespan = None
+    # MCP is built on its first request (api/faces/mcp_on_demand.py): a start skips the SDK's import.
+    mcp_app = None
     if with_mcp:
-        mcp_app, mcp_lifespan = streamable_http_app(
-            eng, allowed_hosts=policy.mcp_hosts(), allowed_origins=policy.mcp_origins()
-        )
+        mcp_app = McpOnDemand(eng, allowed_hosts=policy.mcp_hosts(), allowed_origins=policy.mcp_origins())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await eng.start()
         app.state.engine = eng
         try:
-            if mcp_lifespan is not None:
-                async with mcp_lifespan():
-                    yield
-            else:
-                yield
+            if mcp_app is not None:
+                mcp_app.open()
+            yield
         finally:
+            if mcp_app is not None:
+                await mcp_app.aclose()
             await eng.close()
 
     app = FastAPI(
