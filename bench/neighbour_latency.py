@@ -1,19 +1,25 @@
-"""What adjacent-turn evidence costs a recall: ``run_recall`` in process at 10k memories of one
-agent, neighbour weight 0.25 (the default) against 0, interleaved, plus the default embedder's
-single-query time (the budget is p50 <= 25 ms with the query's embedding, docs/eval.md "LoCoMo").
+"""What adjacent-turn evidence and the learned second stage cost a recall: ``run_recall`` in
+process at 10k memories of one agent, the default against the feature off, interleaved, plus the
+default embedder's single-query time (the budget is p50 <= 25 ms with the query's embedding,
+docs/eval.md "LoCoMo" and "Third pass").
 
 Memories: the first N WordNet definitions of ``bench/eval_data/wn-gcide-confirm`` (real text for
 the lexical index), each with a seeded random unit vector (a vector scan costs the same whatever
 the vectors say). Queries: that collection's ``dictionary`` queries, embedded for the timing of
 the embedder only; the recall gets a seeded random query vector.
 
+With ``--turns`` each memory is written as a conversation turn (``[date] Name: text``, two
+speakers taking turns), so the second stage runs (it runs only over conversation turns).
+
     python bench/neighbour_latency.py                  # 10,000 memories, 300 queries, 3 rounds
+    python bench/neighbour_latency.py --compare rerank --turns   # second stage on against off
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -51,6 +57,8 @@ class Opts:
     """The service's recall defaults (api/services/settings.py)."""
 
     recall_neighbour_weight: float = 0.25
+    recall_speaker_boost: float = 0.5
+    recall_rerank: Literal["learned", "off"] = "learned"
     recall_mode: Literal["rrf", "rsf", "cascade"] = "rrf"
     recall_retrievers: Literal["all", "vector", "lexical"] = "all"
     max_memories: int = 10_000
@@ -103,11 +111,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--compare", choices=("neighbours", "rerank"), default="neighbours")
+    ap.add_argument("--turns", action="store_true", help="memories written as conversation turns")
     ap.add_argument("--out", default=None, help="results JSON")
     args = ap.parse_args(argv)
     ds = load_dataset(CONFIRM)
     texts = list(ds.docs.values())[: args.docs]
+    if args.turns:
+        texts = [f"[{1 + i // 200} May 2023] {('Caroline', 'Melanie')[i % 2]}: {t}" for i, t in enumerate(texts)]
     queries = list(ds.query_sets["dictionary"].values())[: args.queries]
+    if args.turns:  # half the questions name a speaker, as conversation questions do
+        queries = [f"Did Caroline say {q}" if i % 2 else q for i, q in enumerate(queries)]
     emb = load_local_embedder(None)
     t0 = time.perf_counter()
     m = fill(texts, emb.dim, 1)
@@ -115,7 +129,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = np.random.default_rng(2)
     qvecs = rng.standard_normal((len(queries), emb.dim)).astype(np.float32)
     qvecs /= np.linalg.norm(qvecs, axis=1, keepdims=True)
-    configs = {"neighbours 0.25": Opts(), "neighbours off": replace(Opts(), recall_neighbour_weight=0.0)}
+    if args.compare == "neighbours":
+        off = Opts(recall_rerank="off")
+        configs = {"neighbours 0.25": off, "neighbours off": replace(off, recall_neighbour_weight=0.0)}
+    else:
+        configs = {"second stage (default)": Opts(), "second stage off": Opts(recall_rerank="off")}
     times: dict[str, list[float]] = {name: [] for name in configs}
     embed_ms: list[float] = []
     for text in queries[:50]:  # warm-up: the first recalls and embeddings build caches
@@ -131,7 +149,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             t = time.perf_counter()
             emb.embed([text])
             embed_ms.append((time.perf_counter() - t) * 1000)
-    report: dict[str, Any] = {"docs": len(texts), "queries": len(queries), "rounds": args.rounds}
+    report: dict[str, Any] = {
+        "docs": len(texts),
+        "queries": len(queries),
+        "rounds": args.rounds,
+        "turns": args.turns,
+        "load_average": list(os.getloadavg()),
+    }
     for name, ms in times.items():
         report[name] = {
             "p50_ms": round(pct(ms, 50), 2),

@@ -81,7 +81,7 @@ def queries(ds: Dataset, agents: dict[str, Agent], lists: dict[str, Lists], pool
     for q, ls in lists.items():
         ag = agents[ds.agent_of.get(q, AGENT)]
         cands, sig = pool_of(ag, ls, pool)
-        applies = rerank.conversational(cands, sig.content)
+        applies = rerank.conversational(sig.content, sig.content)
         rel = set(ds.qrels[q])
         y = np.array([ag.doc_ids[int(c.ref.split(":")[1]) - 1] in rel for c in cands], dtype=np.float64)
         x = np.array(rerank.feature_rows(cands, sig), dtype=np.float64).reshape(len(cands), len(rerank.FEATURES))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from memstream.api.query.recall import rerank
-from memstream.api.query.recall.fusion import Candidate, rrf
+from memstream.api.query.recall.fusion import rrf
 from memstream.api.query.recall.pipeline import RecallRequest, run_recall
 from memstream.api.query.recall.speakers import spoken_by
 from memstream.projections.scope import ScopeFilter
@@ -73,6 +73,11 @@ def test_conversational_needs_half_of_the_rows_to_be_turns() -> None:
     assert not rerank.conversational(content, content)
     notes = {"mem:1": "the checkout service times out under load", "mem:2": "ticket OPS-12 is closed"}
     assert not rerank.conversational(notes, notes)
+    # notes that open with an identifier and a colon are not turns; "User:" and two-word names are
+    ids = {"mem:1": "ADR-71205: we chose event sourcing", "mem:2": "Bug BUG-29880: the sync crashes"}
+    assert not rerank.conversational(ids, ids)
+    chat = {"mem:1": "User: where is my order?", "mem:2": "[2 May 2023] Melanie Smith: on its way"}
+    assert rerank.conversational(chat, chat)
     assert not rerank.conversational([], content)
     assert not rerank.conversational(["ep:1"], {"ep:1": None})
 

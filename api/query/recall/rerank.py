@@ -12,12 +12,12 @@ were fitted, on what, and what they gain: docs/eval.md, "Third pass".
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from memstream.api.query.recall.fusion import Candidate, ordered
-from memstream.api.query.recall.speakers import speaker_of
 
 Ranked = Sequence[tuple[str, float]]
 
@@ -131,13 +131,18 @@ def feature_rows(cands: Sequence[Candidate], s: Signals) -> list[list[float]]:
     return [features(c, s, index) for c in cands]
 
 
+# A conversation turn: an optional leading ``[...]`` (a date), then a speaker of one or two
+# capitalised words in lower case after the capital ("Caroline", "Melanie Smith", "User"), a colon.
+# Identifiers that open a note ("ADR-71205: ...", "Bug BUG-29880: ...") are not speakers.
+_TURN: Final = re.compile(r"^(?:\[[^\]]*\]\s*)?[A-Z][a-z'-]*(?: [A-Z][a-z'-]*)?:\s")
+
+
 def conversational(refs: Iterable[str], content: Mapping[str, str | None]) -> bool:
-    """Whether at least half of the rows are conversation turns (``Name: text``, after an
-    optional ``[date]``): what the model was fitted on. On other text (definitions, notes) a
-    model fitted on turns moves rows the wrong way (docs/eval.md, "Third pass"), so recall keeps
-    the first stage there."""
+    """Whether at least half of the rows are conversation turns (``_TURN``): what the model was
+    fitted on. On other text (definitions, notes) a model fitted on turns moves rows the wrong
+    way (docs/eval.md, "Third pass"), so recall keeps the first stage there."""
     rows = list(refs)
-    turns = sum(1 for r in rows if (text := content.get(r)) and speaker_of(text) is not None)
+    turns = sum(1 for r in rows if (text := content.get(r)) and _TURN.match(text))
     return bool(rows) and 2 * turns >= len(rows)
 
 

@@ -1,0 +1,73 @@
+"""Fitting recall's second stage (bench/rerank_fit.py): the logistic fit, pairs, and the pool it
+sees, on hand-made data (no embedder, no dataset)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memstream.api.query.recall import rerank
+from tests.support.bench import REPO, bench_module
+
+rf = bench_module("rerank_fit", REPO / "bench" / "rerank_fit.py")
+ld = bench_module("locomo_dev", REPO / "bench" / "locomo_dev.py")
+N = len(rerank.FEATURES)
+
+
+def _query(qid: str, conv: str, rng: np.random.Generator, informative: int, shift: float = 2.0) -> object:
+    """Twenty candidates with noise features; the evidence turns (the first three) are higher
+    on feature ``informative`` only, by ``shift`` standard deviations."""
+    x = rng.normal(size=(20, N))
+    y = np.zeros(20)
+    y[:3] = 1.0
+    x[:3, informative] += shift
+    return rf.Query(qid, conv, [], x, y, None)
+
+
+def test_logistic_recovers_the_sign_of_an_informative_feature() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2000, 3))
+    y = (x[:, 1] - 0.5 * x[:, 2] + rng.normal(scale=0.5, size=2000) > 0).astype(float)
+    w = rf.logistic(x, y, l2=0.001, bias=True)
+    assert w.shape == (3,)
+    assert w[1] > 1.0 and w[2] < -0.3 and abs(w[0]) < 0.3
+
+
+@pytest.mark.parametrize("kind", ["pointwise", "pairwise"])
+def test_fit_weighs_the_feature_that_separates_evidence(kind: str) -> None:
+    rng = np.random.default_rng(5)
+    informative = rerank.FEATURES.index("previous_cosine")
+    qs = [_query(f"q{i}", f"c{i % 3}", rng, informative) for i in range(40)]
+    model = rf.fit(qs, kind, 0.001)
+    weights = np.abs(model.weights)
+    assert int(np.argmax(weights)) == informative
+    # and it ranks a fresh question's evidence first, when that feature sets it well apart
+    fresh = _query("new", "c9", rng, informative, shift=8.0)
+    scores = [model.score(row) for row in fresh.x]
+    assert set(np.argsort(scores)[::-1][:3]) == {0, 1, 2}
+
+
+def test_fit_skips_questions_the_second_stage_does_not_run_on() -> None:
+    rng = np.random.default_rng(8)
+    good = [_query(f"q{i}", "c", rng, 0) for i in range(20)]
+    bad = [_query(f"b{i}", "c", rng, 1) for i in range(20)]
+    for q in bad:
+        q.applies = False  # their labels point the other way; they must not count
+    model = rf.fit(good + bad, "pairwise", 0.001)
+    assert int(np.argmax(np.abs(model.weights))) == 0
+
+
+def test_pool_of_fuses_each_list_to_the_pool_depth_with_its_signals() -> None:
+    from tests.unit.test_locomo_dev import agent, lists_for
+
+    ag = agent()
+    ls = lists_for(ag, "What did Caroline make in pottery", np.array([1, 0.2, 0.9, 0, 0, 0, 1.5], dtype=np.float32))
+    cands, sig = rf.pool_of(ag, ls, 30)
+    refs = {c.ref for c in cands}
+    assert refs == {r for r, _ in (*sig.vector, *sig.lexical)}
+    assert len(sig.vector) == len(ag.doc_ids)  # six turns: the whole conversation fits in the pool
+    assert sig.speakers == {"mem:1", "mem:3", "mem:5"}  # Caroline's turns
+    assert sig.adjacency["mem:1"] == (None, "mem:2") and sig.adjacency["mem:6"] == ("mem:5", None)
+    assert rerank.conversational(sig.content, sig.content)
+    rows = rerank.feature_rows(cands, sig)
+    assert all(len(r) == N for r in rows)
