@@ -21,6 +21,7 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from eval_recall import AGENT, load_dataset
 from locomo_dev import LOCOMO_DEV
@@ -58,10 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for k, ms in times.items()
         },
     }
-    print(json.dumps(report, indent=2))
+    text = json.dumps(report, indent=2) + "\n"
+    print(text, end="")
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(report, indent=2) + "\n")
+        Path(args.out).write_text(text, encoding="utf-8")
     return 0
 
 
