@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,7 @@ async def test_erasure_through_the_router_reaches_every_copy(
             refused = await http.call("store", {"agent_id": "frank", "content": FRANK, "timestamp": "not-a-time"})
             assert refused.get("result") != "stored", refused
             assert "Zebulon" in await reads(http, "alice", "saffron nougat allergy", mid)
+            before = datetime.now(UTC).isoformat()  # a point in time when the record was there
             secret_keys = list((await wrapped_keys_of(cfg, "alice", "Zebulon")).values())
             assert secret_keys, "the secret's events are not sealed"
             keys_dir = f"{keys_topic(cfg)}-*"
@@ -165,6 +167,9 @@ async def test_erasure_through_the_router_reaches_every_copy(
                 assert OTHER in text  # the rest of the agent is untouched
                 text = await reads(face, "frank", "spare key heron")
                 assert "Quillbottom" not in text and "Zebulon" not in text
+            # A point-in-time read before the erasure answers as if the record had never existed.
+            past = repr(await http.call("list_memories", {"agent_id": "alice", "as_of": before}))
+            assert "Zebulon" not in past and OTHER in past
             history = repr(await http.call("history", {"ref": f"mem:{mid}"}))
             assert "Zebulon" not in history and "saffron" not in history
             assert "record.erased" in history and "data subject request" in history
