@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import uuid
 import warnings
@@ -138,7 +139,8 @@ async def test_stdio_router_announces_changes(deployment: Deployment, tmp_path: 
             arrived.put_nowait(message.params.uri)
 
     args = ["-m", "memstream.api.cli", "mcp", *deployment.kafka_args]
-    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(tmp_path))
+    # Its environment, not the MCP client's default one: it carries the deployment's master key.
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(tmp_path), env=dict(os.environ))
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with (
             asyncio.timeout(180),
