@@ -4,6 +4,7 @@ embedder of the default model's size stands in for the model).
     python bench/erasure.py                 # default sizes
     python bench/erasure.py --quick         # a smoke run
     python bench/erasure.py --erase-memories 100000
+    python bench/erasure.py --skip-cost --ab   # the erase as before and as now, same run
 
 1. Store throughput and recall latency with sealing on and off (MEMSTREAM_SEALING), in the
    same run, alternating the order round by round; the ratio on/off is the cost.
@@ -22,7 +23,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,7 @@ def pct(xs: list[float], q: float) -> float:
 
 
 async def open_engine(data: Path, sealing: bool) -> EmbeddedEngine:
+    data.mkdir(parents=True, exist_ok=True)
     os.environ["MEMSTREAM_SEALING"] = "on" if sealing else "off"
     eng = EmbeddedEngine(load_settings(env={}, data_dir=data), embedder=RandomEmbedder())
     await eng.start()
@@ -154,7 +157,7 @@ async def sealing_cost(root: Path, rounds: int, stores: int, concurrency: int, q
     }
 
 
-async def erase_big_agent(root: Path, memories: int, concurrency: int) -> dict[str, Any]:
+async def erase_big_agent(root: Path, memories: int, concurrency: int, baseline_s: float = 3.0) -> dict[str, Any]:
     eng = await open_engine(root / "erase", True)
     try:
         t0 = time.perf_counter()
@@ -179,7 +182,8 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int) -> dict[s
                 await asyncio.sleep(0.005)
 
         writer = asyncio.create_task(other_writer())
-        await asyncio.sleep(0.2)
+        # The other agent's stores before the erase, in the same run: the baseline of "during".
+        await asyncio.sleep(baseline_s)
         baseline = list(latencies)
         latencies.clear()
         t0 = time.perf_counter()
@@ -194,7 +198,12 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int) -> dict[s
             "fill_seconds": round(fill_s, 2),
             "erase_seconds": round(erase_s, 3),
             "keys_destroyed": out["keys_destroyed"],
-            "other_agent_store_ms_before": {"p50": round(pct(baseline, 50), 2), "n": len(baseline)},
+            "other_agent_store_ms_before": {
+                "p50": round(pct(baseline, 50), 2),
+                "p99": round(pct(baseline, 99), 2),
+                "max": round(max(baseline), 2) if baseline else None,
+                "n": len(baseline),
+            },
             "other_agent_store_ms_during": {
                 "p50": round(pct(during, 50), 2),
                 "p99": round(pct(during, 99), 2),
@@ -206,6 +215,30 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int) -> dict[s
         await eng.close()
 
 
+@contextmanager
+def erase_path(variant: str) -> Iterator[None]:
+    """``before``: the erase as it was before two changes (the A/B of them): the lexical index
+    removing an erased agent's rows one at a time (no ``AgentIndex.remove_many``), the key
+    store destroying all its keys in one transaction; ``now``: as it is."""
+    if variant == "now":
+        yield
+        return
+    from memstream.projections.lexical.index import AgentIndex
+    from memstream.streams.keys import sqlite as sqlite_keys
+
+    def one_by_one(self: AgentIndex, refs: Iterable[str]) -> None:
+        for ref in refs:
+            self.remove(ref)
+
+    kept = AgentIndex.remove_many, sqlite_keys.DESTROY_CHUNK
+    AgentIndex.remove_many = one_by_one  # type: ignore[method-assign]
+    sqlite_keys.DESTROY_CHUNK = 1 << 40
+    try:
+        yield
+    finally:
+        AgentIndex.remove_many, sqlite_keys.DESTROY_CHUNK = kept  # type: ignore[method-assign]
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
@@ -215,6 +248,12 @@ async def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--erase-memories", type=int, default=100_000)
     ap.add_argument("--skip-cost", action="store_true", help="Only the erase_agent_data measurement.")
+    ap.add_argument(
+        "--ab",
+        action="store_true",
+        help="Erase twice, each on a store of its own: first as before (the lexical index removing "
+        "rows one by one, the key store destroying every key in one transaction), then as now.",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "erasure.json")
     a = ap.parse_args()
     if a.quick:
@@ -223,11 +262,21 @@ async def main() -> None:
         root = Path(tmp)
         cost = None if a.skip_cost else await sealing_cost(root, a.rounds, a.stores, a.concurrency, a.queries)
         print(orjson.dumps(cost, option=orjson.OPT_INDENT_2).decode(), flush=True)
-        erase = await erase_big_agent(root, a.erase_memories, a.concurrency)
-        print(orjson.dumps(erase, option=orjson.OPT_INDENT_2).decode(), flush=True)
+        erase: dict[str, Any]
+        if a.ab:
+            erase = {}
+            for variant in ("before", "now"):
+                with erase_path(variant):
+                    erase[variant] = await erase_big_agent(root / variant, a.erase_memories, a.concurrency)
+                    erase[variant]["load_average_after"] = os.getloadavg()
+                print(variant, orjson.dumps(erase[variant], option=orjson.OPT_INDENT_2).decode(), flush=True)
+        else:
+            erase = await erase_big_agent(root, a.erase_memories, a.concurrency)
+            print(orjson.dumps(erase, option=orjson.OPT_INDENT_2).decode(), flush=True)
     report = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "load_average": os.getloadavg(),  # the machine is shared: read levels against it
         "command": " ".join(["python", "bench/erasure.py", *sys.argv[1:]]),
         "sealing_cost": cost,
         "erase_agent_data": erase,
