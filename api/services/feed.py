@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
@@ -44,9 +44,11 @@ DEFAULT_BUFFER = 1000  # events a subscriber may fall behind before it is cut of
 READ_BATCH = 256  # below DEFAULT_BUFFER: one read never cuts off a subscriber that keeps up
 POLL_SECONDS = 0.5  # how soon another process's appends are seen (this process's: at once)
 # The reader reads at most once per this interval (at once when the last read was longer ago):
-# each subscriber's cost is per batch (a wake-up and a write), so under a write storm commits
-# close together go out as one batch, for at most this much latency; a quiet feed adds none.
-MIN_READ_INTERVAL_S = 0.025
+# each subscriber's cost is per batch (a wake-up and a socket write, ~50-60 us of server CPU on
+# this project's 2-core bench machine), so under a write storm commits close together go out as
+# one batch, for at most this much latency; a quiet feed adds none. 50 ms: 20 writes a second per
+# subscriber at most, half of what 25 ms cost, within the 100 ms delivery goal (docs/feed.md).
+MIN_READ_INTERVAL_S = 0.05
 
 
 class FeedLog(Protocol):
@@ -84,6 +86,19 @@ class FeedItem:
         return str(self.offset)
 
 
+class FeedBatch(tuple[FeedItem, ...]):
+    """Items in log order with ``sse``, their SSE messages as one write. The reader makes one
+    per read and hands the same batch to every subscriber that takes all of it, so a batch's
+    bytes are joined once however many subscribers send them."""
+
+    sse: bytes
+
+    def __new__(cls, items: Iterable[FeedItem] = (), sse: bytes | None = None) -> FeedBatch:
+        batch = super().__new__(cls, items)
+        batch.sse = b"".join(item.sse for item in batch) if sse is None else sse
+        return batch
+
+
 def frame(position: str, type_: str, data: str) -> bytes:
     """An SSE message: ``id`` the position, ``event`` the type, ``data`` the JSON (positions,
     types and compact JSON hold no line breaks, so each is one line)."""
@@ -115,6 +130,11 @@ class FeedFilter:
         return cls(
             None if agents is None else frozenset(agents), None if types is None else frozenset(types), readable
         )
+
+    @property
+    def everything(self) -> bool:
+        """Admits every event: such a subscriber takes the reader's batches as they are."""
+        return self.agents is None and self.types is None and self.readable is None
 
     def admits(self, agent_id: str, type_: str) -> bool:
         return (
@@ -157,7 +177,9 @@ class Subscription:
         self._buffer = buffer
         self._cursor = -1  # catching up: the next offset to read from the log; joined: the dedupe floor
         self._backlog: deque[FeedItem] = deque()  # read from the log while catching up
-        self._live: deque[FeedItem] = deque()  # offered by the feed's reader once joined
+        self._live: deque[FeedBatch] = deque()  # offered by the feed's reader once joined
+        self._head = 0  # items of ``_live[0]`` already handed out
+        self._queued = 0  # items in ``_live`` not handed out (what the cut-off bounds)
         self._ready = asyncio.Event()
         self._joined = False
         self._closed = False
@@ -187,12 +209,56 @@ class Subscription:
             self._ready.set()
 
     async def __anext__(self) -> FeedItem:
+        await self._wait()
+        if self._joined:
+            batch = self._live[0]
+            item = batch[self._head]
+            self._head += 1
+            self._queued -= 1
+            if self._head == len(batch):
+                self._live.popleft()
+                self._head = 0
+        else:
+            item = self._backlog.popleft()
+        self.last_offset = item.offset
+        return item
+
+    async def next_batch(self, limit: int = READ_BATCH) -> FeedBatch:
+        """What is ready at once (waiting for at least one item), for a face that writes it as
+        one message: live, whole batches as the reader made them (one batch: the very object
+        every other subscriber gets, its bytes joined once) up to about ``limit`` items; an empty
+        batch once the subscription has ended. Raises FeedCutOff as iteration does."""
+        try:
+            await self._wait()
+        except StopAsyncIteration:
+            return FeedBatch()
+        if not self._joined:
+            taken = [self._backlog.popleft() for _ in range(min(limit, len(self._backlog)))]
+            out = FeedBatch(taken)
+        elif self._head == 0 and len(self._live) == 1:
+            out = self._live.popleft()
+            self._queued = 0
+        else:
+            parts: list[FeedBatch] = []
+            count = 0
+            while self._live and (count == 0 or count + len(self._live[0]) - self._head <= limit):
+                batch = self._live.popleft()
+                part = batch if self._head == 0 else FeedBatch(batch[self._head :])
+                self._head = 0
+                parts.append(part)
+                count += len(part)
+            self._queued -= count
+            out = parts[0] if len(parts) == 1 else FeedBatch(
+                (item for part in parts for item in part), b"".join(part.sse for part in parts)
+            )
+        self.last_offset = out[-1].offset
+        return out
+
+    async def _wait(self) -> None:
+        """Until an item is ready; StopAsyncIteration once closed, FeedCutOff once cut off."""
         while True:
-            queue = self._live if self._joined else self._backlog
-            if queue:
-                item = queue.popleft()
-                self.last_offset = item.offset
-                return item
+            if self._live if self._joined else self._backlog:
+                return
             if self._cut is not None:
                 raise self._cut
             if self._closed:
@@ -202,19 +268,6 @@ class Subscription:
                 await self._ready.wait()
             else:
                 await self._catch_up()
-
-    async def next_batch(self, limit: int = READ_BATCH) -> list[FeedItem]:
-        """The next items at once (waiting for at least one), for a face that writes them
-        together; [] once the subscription has ended. Raises FeedCutOff as iteration does."""
-        try:
-            out = [await self.__anext__()]
-        except StopAsyncIteration:
-            return []
-        queue = self._live if self._joined else self._backlog
-        while queue and len(out) < limit:
-            out.append(queue.popleft())
-        self.last_offset = out[-1].offset
-        return out
 
     async def _catch_up(self) -> None:
         """Read one batch of the log's past, or join the live fan-out where the past ends.
@@ -240,18 +293,31 @@ class Subscription:
         self._backlog.extend(items)
         self._cursor = records[-1].offset + 1 if len(records) >= feed.batch else bound
 
-    def _offer(self, item: FeedItem) -> None:
-        """From the feed's reader: queue without waiting, or cut this subscriber off."""
-        if item.offset < self._cursor or not self.filter.admits(item.agent_id, item.type):
+    def _offer(self, batch: FeedBatch) -> None:
+        """From the feed's reader, a batch in log order: queue what this subscriber takes
+        without waiting (all of it: the batch itself, shared), or cut it off at the first item
+        its buffer cannot hold."""
+        if not batch or batch[-1].offset < self._cursor:
             return
-        if len(self._live) >= self._buffer:
+        items: Sequence[FeedItem] = batch
+        if batch[0].offset < self._cursor:  # joined inside this batch: only what is past the floor
+            items = [i for i in batch if i.offset >= self._cursor]
+        if not self.filter.everything:
+            admits = self.filter.admits
+            items = [i for i in items if admits(i.agent_id, i.type)]
+        if not items:
+            return
+        room = self._buffer - self._queued
+        if len(items) > room:
+            first = items[room]
             self._cut = FeedCutOff(
-                item.position, f"the subscriber fell more than {self._buffer} events behind", item.offset
+                first.position, f"the subscriber fell more than {self._buffer} events behind", first.offset
             )
             self._feed._leave(self)
-            self._ready.set()
-            return
-        self._live.append(item)
+            items = items[:room]
+        if items:
+            self._live.append(items if isinstance(items, FeedBatch) else FeedBatch(items))
+            self._queued += len(items)
         self._ready.set()
 
 
@@ -359,9 +425,10 @@ class Feed:
                 records, items = await self._read(start, None, everything)
                 if self._next != start:
                     continue  # everyone left (or the reader was re-aimed) meanwhile: drop the batch
-                for item in items:
+                if items:
+                    batch = FeedBatch(items)  # one object, its bytes joined once, for every subscriber
                     for sub in list(self._subs):
-                        sub._offer(item)
+                        sub._offer(batch)
                 if records:
                     self._next = records[-1].offset + 1 if self._subs else None
                 if len(records) < self.batch:

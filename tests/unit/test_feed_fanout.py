@@ -4,6 +4,7 @@ seam between catching up and live delivery, cut-off, and the pure helpers."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 import orjson
@@ -134,6 +135,40 @@ async def test_two_subscribers_share_the_reader_and_see_the_same_events() -> Non
     assert feed.subscribers == 2
     await feed.close()
     assert [i async for i in first] == []  # closing the feed ends every subscription
+
+
+async def test_subscribers_taking_everything_share_one_batch_and_its_bytes() -> None:
+    log = ListLog()
+    feed = Feed(log, poll_seconds=5.0, min_read_interval_s=0.0)
+    first, second = feed.subscribe(), feed.subscribe()
+    some = feed.subscribe(agents=["a1"])
+    expected = fill(log, 6)
+    feed.notify()
+    a, b, c = await first.next_batch(), await second.next_batch(), await some.next_batch()
+    assert a is b  # one object for every unfiltered subscriber: its SSE bytes joined once
+    assert [i.offset for i in a] == expected and a.sse == b"".join(i.sse for i in a)
+    assert [i.offset for i in c] == [0, 3] and c.sse == b"".join(i.sse for i in c)
+    await feed.close()
+    assert len(await first.next_batch()) == 0  # ended
+
+
+async def test_next_batch_after_iteration_takes_the_rest_of_every_batch_in_order() -> None:
+    log = ListLog()
+    feed = Feed(log, poll_seconds=5.0, min_read_interval_s=0.0)
+    sub = feed.subscribe()
+    fill(log, 4)
+    feed.notify()
+    assert [i.offset for i in await take(sub, 1)] == [0]  # the reader's first batch is 0..3
+    fill(log, 3)
+    feed.notify()
+    deadline = time.monotonic() + 30
+    while sub._queued < 6:  # until the second read (4..6) has reached the subscriber
+        assert time.monotonic() < deadline, "the reader never offered the second batch"
+        await asyncio.sleep(0.001)
+    rest = await sub.next_batch()
+    assert [i.offset for i in rest] == [1, 2, 3, 4, 5, 6]
+    assert rest.sse == b"".join(i.sse for i in rest) and sub.last_offset == 6
+    await feed.close()
 
 
 async def test_a_subscriber_that_stops_reading_is_cut_off_with_its_resume_offset() -> None:
