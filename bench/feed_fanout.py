@@ -1,17 +1,31 @@
 """The change feed under load (issue 18): store throughput with and without 100 SSE subscribers
-connected, and the store -> delivered latency.
+connected, the store -> delivered latency, and what the fan-out costs in CPU.
 
-    python bench/feed_fanout.py                    # 100 subscribers, 8 writers, 3 rounds
-    python bench/feed_fanout.py --quick            # a smoke run
+    python bench/feed_fanout.py                          # embedders none and default, 3 rounds
+    python bench/feed_fanout.py --embedder default       # one embedder
+    python bench/feed_fanout.py --before-code /tmp/old   # and another checkout's server, alternating
+    python bench/feed_fanout.py --quick                  # a smoke run (not saved)
 
-The server is the real ``memstream serve`` (embedded log, ``MEMSTREAM_EMBEDDER=none``: the
-feed's cost is what is measured, not the model's). Writers are 8 keep-alive HTTP/1.1 clients
-(bench/store_throughput.py's lean client) storing new memories; subscribers are raw asyncio SSE
-readers of ``GET /v1/events``. Phases alternate, without and with the subscribers connected,
-on the same server, and the ratio is taken per pair. Latency: for each store, the time from the
-writer's receipt of its answer (the ack) to a sampled subscriber's receipt of its event (it can
-be negative: the event may reach a subscriber before the answer reaches the writer), and from
-the moment the store was sent. Every subscriber counts what it receives; a cut-off is counted.
+The server is the real ``memstream serve`` (embedded log), once per embedder: ``none`` (the
+feed's cost is not hidden behind the model's) and ``default`` (what users run; the issue's goal
+is "embedded" with it). Writers are 8 keep-alive HTTP/1.1 clients (bench/store_throughput.py's
+lean client) storing new memories. Subscribers are ``GET /v1/events`` connections read by raw
+asyncio protocols (``data_received``, counting at C speed; 10 of them also time every event) in
+a process of their own, started for each phase with subscribers, so their CPU (load generation
+on the same cores, not the server's cost) is measured apart from the server's and the writers'.
+
+Phases alternate on the same server, without and with the subscribers connected, and the ratio
+is taken per pair. With ``--before-code DIR`` (a directory holding another checkout's
+``memstream`` package, as bench/restart.py takes it) that code's server runs too, its pairs
+interleaved with this code's, so a before/after is measured under the same load.
+
+Latency: for each store, from the writer's receipt of its answer (the ack) to a sampled
+subscriber's receipt of its event (it can be negative: the event may reach a subscriber before
+the answer reaches the writer), and from the moment the store was sent. CPU (/proc, user +
+system): the server's per store, over the writes and, with subscribers, until the sampled
+subscribers have every event; the readers' process per store over the same span; the writers'.
+Every subscriber counts what it receives; a cut-off is counted. The JSON (one entry per run in
+``--out``) holds the load average, the config, each phase's figures and a summary per variant.
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ import platform
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,72 +51,146 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from store_throughput import Conn, Server  # noqa: E402
+from store_throughput import Conn, Server, free_port  # noqa: E402
 
 MARK = re.compile(rb'"content":"feedbench (\d+) (\d+) ')
+GOAL_RATIO = 0.90  # store throughput with subscribers / without (issue 18)
+GOAL_P99_MS = 100.0  # store -> delivered p99 (issue 18)
+# Stores per writer and phase by embedder, so each phase lasts seconds (idle machine: ~2,000
+# stores/s without a model, ~200 with the default one), not a blink.
+PER_WRITER = {"none": 600, "default": 300}
 
 
-class Subscriber:
-    """One SSE connection read with asyncio streams; ``sampled`` ones note when each store's
-    event arrived (by the writer and sequence number its content carries)."""
+# -- the readers' process -----------------------------------------------------------------------
 
-    def __init__(self, port: int, sampled: bool) -> None:
-        self.port = port
+
+class Subscriber(asyncio.Protocol):
+    """One SSE connection as a raw protocol: each chunk is counted where it lands, with no task
+    wake-up; a ``sampled`` one also notes when each store's event arrived (by the writer and
+    sequence number its content carries)."""
+
+    def __init__(self, sampled: bool, connected: asyncio.Future[None]) -> None:
         self.sampled = sampled
+        self.connected = connected
         self.events = 0
         self.cutoffs = 0
         self.seen: dict[tuple[int, int], float] = {}
-        self.task: asyncio.Task[None] | None = None
-        self.connected = asyncio.Event()
+        self.head = b""  # the response head until it is complete
+        self.tail = b""  # the last bytes of the previous chunk (a pattern may straddle chunks)
+        self.carry = b""  # sampled: the unfinished line of the previous chunk
 
-    async def run(self) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        writer.write(
-            b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n"
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        if not self.connected.done():
+            self.head += data
+            end = self.head.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            if b" 200 " not in self.head.split(b"\r\n", 1)[0]:
+                self.connected.set_exception(RuntimeError(f"subscribe failed: {self.head[:200]!r}"))
+                return
+            self.connected.set_result(None)
+            data = self.head[end + 2 :]  # from the CRLF before the body: a first "\nid: " counts
+        # each pattern is counted in the chunk plus the bytes of the last one that could begin it
+        # (one byte fewer than the pattern, so no match is counted twice)
+        joined = self.tail + data
+        self.events += joined.count(b"\nid: ") - self.tail.count(b"\nid: ")
+        self.cutoffs += joined.count(b"\nevent: cutoff") - self.tail.count(b"\nevent: cutoff")
+        self.tail = joined[-13:]
+        if self.sampled:
+            text = self.carry + data
+            cut = text.rfind(b"\n") + 1
+            self.carry = text[cut:]
+            for m in MARK.finditer(text, 0, cut):
+                self.seen[(int(m.group(1)), int(m.group(2)))] = now
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.connected.done():
+            self.connected.set_exception(ConnectionError("closed before the response head"))
+
+
+async def readers_main(port: int, count: int, sampled: int) -> None:
+    """Connect ``count`` subscribers, say "ready"; on "drain PHASE N" wait (60 s at most) until
+    each sampled one has N events of that phase (or was cut off), then print the report."""
+    loop = asyncio.get_running_loop()
+    subs: list[Subscriber] = []
+    for i in range(count):
+        sub = Subscriber(i < sampled, loop.create_future())
+        await loop.create_connection(lambda s=sub: s, "127.0.0.1", port)  # type: ignore[misc]
+        subs.append(sub)
+    await asyncio.wait_for(asyncio.gather(*(s.connected for s in subs)), 60)
+    print("ready", flush=True)
+    line = await loop.run_in_executor(None, sys.stdin.readline)
+    _, phase_text, n_text = line.split()
+    phase, expected = int(phase_text), int(n_text)
+    deadline = time.monotonic() + 60
+    sampled_subs = [s for s in subs if s.sampled]
+
+    def pending() -> bool:
+        return any(sum(1 for k in s.seen if k[0] // 1000 == phase) < expected and not s.cutoffs for s in sampled_subs)
+
+    while time.monotonic() < deadline and pending():
+        await asyncio.sleep(0.02)
+    t = os.times()
+    report = {
+        "cpu_s": t.user + t.system,
+        "events_min": min(s.events for s in subs),
+        "cutoffs": sum(s.cutoffs for s in subs),
+        "seen": [[[k[0], k[1], v] for k, v in s.seen.items() if k[0] // 1000 == phase] for s in sampled_subs],
+    }
+    print(json.dumps(report), flush=True)
+
+
+# -- the driver ---------------------------------------------------------------------------------
+
+
+class FeedServer(Server):
+    """``memstream serve`` on a fresh data directory; with ``code``, that checkout's memstream."""
+
+    def __init__(self, data: Path, embedder: str, sync: str, code: Path | None) -> None:
+        self.port = free_port()
+        self.embedder = embedder
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
+        env.update(MEMSTREAM_DATA_DIR=str(data), MEMSTREAM_SYNC=sync)
+        if embedder == "none":
+            env["MEMSTREAM_EMBEDDER"] = "none"
+        if code is not None:
+            env["PYTHONPATH"] = str(code)
+        cmd = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", "--port", str(self.port)]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+class Readers:
+    """The subscribers' process for one phase."""
+
+    def __init__(self, port: int, count: int, sampled: int) -> None:
+        self.args = [str(port), str(count), str(sampled)]
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            *(sys.executable, __file__, "--readers", *self.args),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            limit=1 << 28,  # the report is one line with every sampled arrival time
         )
-        status = await reader.readline()
-        if b" 200 " not in status:
-            raise RuntimeError(f"subscribe failed: {status!r}")
-        while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-            pass
-        self.connected.set()
-        try:
-            buf = b""
-            tail = b""
-            while True:
-                chunk = await reader.read(262144)
-                if not chunk:
-                    return
-                now = time.perf_counter()
-                if not self.sampled:  # count at C speed: the client must not starve the server
-                    # each pattern is counted in the chunk plus the bytes of the last one that could
-                    # begin it (one byte fewer than the pattern, so no match is counted twice)
-                    self.events += (tail[-4:] + chunk).count(b"\nid: ")
-                    self.cutoffs += (tail[-13:] + chunk).count(b"\nevent: cutoff")
-                    tail = (tail + chunk)[-13:]
-                    continue
-                buf += chunk
-                # chunked transfer framing lines are harmless here: only whole SSE lines are looked at
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    if line.startswith(b"id: "):
-                        self.events += 1
-                    elif line.startswith(b"event: cutoff"):
-                        self.cutoffs += 1
-                    elif line.startswith(b"data: "):
-                        m = MARK.search(line)
-                        if m:
-                            self.seen[(int(m.group(1)), int(m.group(2)))] = now
-        finally:
-            writer.close()
+        assert self.proc.stdout is not None
+        line = await asyncio.wait_for(self.proc.stdout.readline(), 120)
+        if line.strip() != b"ready":
+            raise RuntimeError(f"the readers did not connect: {line!r}")
 
-    def start(self) -> None:
-        self.task = asyncio.create_task(self.run())
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+    async def drain(self, phase: int, expected: int) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"drain {phase} {expected}\n".encode())
+        await self.proc.stdin.drain()
+        report: dict[str, Any] = json.loads(await asyncio.wait_for(self.proc.stdout.readline(), 120))
+        await self.proc.wait()
+        return report
 
 
 async def write_phase(port: int, writers: int, per_writer: int, phase: int) -> dict[str, Any]:
@@ -136,9 +225,10 @@ async def write_phase(port: int, writers: int, per_writer: int, phase: int) -> d
     return {
         "stores": len(lat),
         "errors": errors,
+        "seconds": round(elapsed, 3),
         "stores_per_s": round(len(lat) / elapsed, 1),
-        "store_p50_ms": round(1000 * lat[len(lat) // 2], 2),
-        "store_p99_ms": round(1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))], 2),
+        "store_p50_ms": pct(lat, 0.5),
+        "store_p99_ms": pct(lat, 0.99),
         "_sent": sent,
         "_acked": acked,
     }
@@ -161,90 +251,140 @@ def pct(values: list[float], q: float) -> float:
     return round(1000 * s[min(len(s) - 1, int(len(s) * q))], 2)
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    data = Path(tempfile.mkdtemp(prefix="ms-feed-bench-"))
-    server = Server(data, "none", args.sync)
-    rounds: list[dict[str, Any]] = []
-    try:
-        await server.ready()
-        await write_phase(server.port, 2, 50, 0)  # warm-up
-        phase = 1
-        for r in range(args.rounds):
-            row: dict[str, Any] = {"round": r + 1}
-            for with_subs in (False, True):
-                phase += 1
-                subs: list[Subscriber] = []
-                if with_subs:
-                    subs = [Subscriber(server.port, i < args.sampled) for i in range(args.subscribers)]
-                    for s in subs:
-                        s.start()
-                    await asyncio.wait_for(asyncio.gather(*(s.connected.wait() for s in subs)), 60)
-                server_cpu, client_cpu = cpu_seconds(server.proc.pid), own_cpu_seconds()
-                result = await write_phase(server.port, args.writers, args.per_writer, phase)
-                result["server_cpu_ms_per_store"] = round(
-                    1000 * (cpu_seconds(server.proc.pid) - server_cpu) / result["stores"], 3
-                )
-                result["client_cpu_ms_per_store"] = round(1000 * (own_cpu_seconds() - client_cpu) / result["stores"], 3)
-                sent, acked = result.pop("_sent"), result.pop("_acked")
-                if with_subs:
-                    # wait (bounded) until the sampled subscribers have every event of the phase
-                    deadline = time.monotonic() + 60
-                    sampled = [s for s in subs if s.sampled]
-                    while time.monotonic() < deadline and any(
-                        len(s.seen) < len(acked) and not s.cutoffs for s in sampled
-                    ):
-                        await asyncio.sleep(0.05)
-                    from_ack = [s.seen[k] - acked[k] for s in sampled for k in acked if k in s.seen]
-                    from_send = [s.seen[k] - sent[k] for s in sampled for k in acked if k in s.seen]
-                    result.update(
-                        subscribers=len(subs),
-                        delivered_p50_ms_from_ack=pct(from_ack, 0.5),
-                        delivered_p99_ms_from_ack=pct(from_ack, 0.99),
-                        delivered_p50_ms_from_send=pct(from_send, 0.5),
-                        delivered_p99_ms_from_send=pct(from_send, 0.99),
-                        sampled_missing=sum(len(acked) - len(s.seen) for s in sampled),
-                        cutoffs=sum(s.cutoffs for s in subs),
-                        events_received_min=min(s.events for s in subs),
-                    )
-                    for s in subs:
-                        await s.stop()
-                row["with" if with_subs else "without"] = result
-            row["ratio"] = round(row["with"]["stores_per_s"] / row["without"]["stores_per_s"], 3)
-            row["server_cpu_ratio"] = round(
-                row["with"]["server_cpu_ms_per_store"] / row["without"]["server_cpu_ms_per_store"], 3
-            )
-            rounds.append(row)
-            print(json.dumps(row), flush=True)
-    finally:
-        server.stop()
-        shutil.rmtree(data, ignore_errors=True)
-    ratios = [r["ratio"] for r in rounds]
+def per_store(seconds: float, stores: int) -> float:
+    return round(1000 * seconds / stores, 3)
+
+
+async def phase_run(server: FeedServer, args: argparse.Namespace, phase: int, with_subs: bool) -> dict[str, Any]:
+    readers = Readers(server.port, args.subscribers, args.sampled) if with_subs else None
+    if readers is not None:
+        await readers.start()
+        assert readers.proc is not None
+        readers_cpu = cpu_seconds(readers.proc.pid)
+    server_cpu, writers_cpu = cpu_seconds(server.proc.pid), own_cpu_seconds()
+    result = await write_phase(server.port, args.writers, args.per_writer or PER_WRITER[server.embedder], phase)
+    result["writers_cpu_ms_per_store"] = per_store(own_cpu_seconds() - writers_cpu, result["stores"])
+    sent, acked = result.pop("_sent"), result.pop("_acked")
+    if readers is not None:
+        report = await readers.drain(phase, len(acked))
+        seen = [{(k0, k1): t for k0, k1, t in sub} for sub in report["seen"]]
+        from_ack = [s[k] - acked[k] for s in seen for k in acked if k in s]
+        from_send = [s[k] - sent[k] for s in seen for k in acked if k in s]
+        result.update(
+            subscribers=args.subscribers,
+            readers_cpu_ms_per_store=per_store(report["cpu_s"] - readers_cpu, result["stores"]),
+            delivered_p50_ms_from_ack=pct(from_ack, 0.5) if from_ack else None,
+            delivered_p99_ms_from_ack=pct(from_ack, 0.99) if from_ack else None,
+            delivered_max_ms_from_ack=pct(from_ack, 1.0) if from_ack else None,
+            delivered_p50_ms_from_send=pct(from_send, 0.5) if from_send else None,
+            delivered_p99_ms_from_send=pct(from_send, 0.99) if from_send else None,
+            sampled_missing=sum(len(acked) - len(s) for s in seen),
+            cutoffs=report["cutoffs"],
+            events_received_min=report["events_min"],
+        )
+    # with subscribers: until the sampled ones have every event (the fan-out's tail included)
+    result["server_cpu_ms_per_store"] = per_store(cpu_seconds(server.proc.pid) - server_cpu, result["stores"])
+    return result
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def med(key: str, side: str) -> float:
+        return round(statistics.median(r[side][key] for r in rows), 3)
+
+    p99s = [r["with"]["delivered_p99_ms_from_ack"] for r in rows if r["with"]["delivered_p99_ms_from_ack"] is not None]
+    ratio = statistics.median(r["ratio"] for r in rows)
     return {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_1m": os.getloadavg()[0]},
-        "config": {},
-        "rounds": rounds,
-        "ratio_median": statistics.median(ratios),
-        "server_cpu_ratio_median": statistics.median(r["server_cpu_ratio"] for r in rounds),
-        "delivered_p99_ms_from_ack_max": max(r["with"]["delivered_p99_ms_from_ack"] for r in rounds),
+        "ratio_median": round(ratio, 3),
+        "ratios": [r["ratio"] for r in rows],
+        "stores_per_s_without_median": med("stores_per_s", "without"),
+        "stores_per_s_with_median": med("stores_per_s", "with"),
+        "delivered_p99_ms_from_ack_median": round(statistics.median(p99s), 2) if p99s else None,
+        "delivered_p99_ms_from_ack_max": max(p99s) if p99s else None,
+        "server_cpu_ms_per_store_without_median": med("server_cpu_ms_per_store", "without"),
+        "server_cpu_ms_per_store_with_median": med("server_cpu_ms_per_store", "with"),
+        "readers_cpu_ms_per_store_median": med("readers_cpu_ms_per_store", "with"),
+        "cutoffs": sum(r["with"]["cutoffs"] for r in rows),
+        "sampled_missing": sum(r["with"]["sampled_missing"] for r in rows),
+        "goal_ratio_met": ratio >= GOAL_RATIO,
+        "goal_p99_met": bool(p99s) and max(p99s) <= GOAL_P99_MS,
     }
 
 
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    variants: list[tuple[str, Path | None]] = [("current", None)]
+    if args.before_code is not None:
+        variants.insert(0, ("before", args.before_code))
+    out: dict[str, Any] = {"variants": {}}
+    phase = 1
+    for embedder in args.embedder:
+        servers: dict[str, FeedServer] = {}
+        dirs: list[Path] = []
+        rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}
+        try:
+            for name, code in variants:
+                data = Path(tempfile.mkdtemp(prefix=f"ms-feed-bench-{name}-"))
+                dirs.append(data)
+                servers[name] = FeedServer(data, embedder, args.sync, code)
+            for server in servers.values():
+                await server.ready()
+                await write_phase(server.port, args.writers, 50, 0)  # warm-up (the model, the caches)
+            for r in range(args.rounds):
+                for name, server in servers.items():
+                    row: dict[str, Any] = {"round": r + 1, "load_avg_1m": round(os.getloadavg()[0], 2)}
+                    # the order flips every round, so a drift in the machine's load falls on both
+                    for with_subs in (False, True) if r % 2 == 0 else (True, False):
+                        phase += 1
+                        row["with" if with_subs else "without"] = await phase_run(server, args, phase, with_subs)
+                    row["ratio"] = round(row["with"]["stores_per_s"] / row["without"]["stores_per_s"], 3)
+                    rows[name].append(row)
+                    print(json.dumps({"embedder": embedder, "variant": name, **row}), flush=True)
+        finally:
+            for server in servers.values():
+                server.stop()
+            for data in dirs:
+                shutil.rmtree(data, ignore_errors=True)
+        for name, _ in variants:
+            out["variants"][f"{embedder}/{name}"] = {"summary": summary(rows[name]), "rounds": rows[name]}
+    return out
+
+
 def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--readers":
+        asyncio.run(readers_main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))
+        return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--embedder", default="none,default", help="comma-separated: none, default (default: both)")
     p.add_argument("--subscribers", type=int, default=100)
     p.add_argument("--sampled", type=int, default=10, help="subscribers that time each event (all count)")
     p.add_argument("--writers", type=int, default=8)
-    p.add_argument("--per-writer", type=int, default=400)
+    p.add_argument("--per-writer", type=int, default=None, help="stores per writer and phase (default: by embedder)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--sync", default="FULL", choices=["FULL", "NORMAL"])
+    p.add_argument("--before-code", type=Path, default=None, help="another checkout's memstream, run alternately")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "feed_fanout.json")
     args = p.parse_args()
+    args.embedder = [e.strip() for e in args.embedder.split(",") if e.strip()]
+    if not args.embedder or any(e not in ("none", "default") for e in args.embedder):
+        p.error("--embedder: none, default or both (comma-separated)")
     if args.quick:
-        args.subscribers, args.per_writer, args.rounds = 20, 50, 1
-    out = asyncio.run(run(args))
-    out["config"] = {**vars(args), "out": str(args.out)}
+        args.subscribers, args.rounds = 20, 1
+        args.per_writer = args.per_writer or 50
+    started = time.monotonic()
+    load_before = os.getloadavg()
+    result = asyncio.run(run(args))
+    out = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_avg_before": [round(x, 2) for x in load_before],
+            "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+        },
+        "config": {**vars(args), "before_code": args.before_code and str(args.before_code), "out": str(args.out)},
+        "wall_s": round(time.monotonic() - started, 1),
+        **result,
+    }
     runs: list[Any] = []
     if args.out.exists() and not args.quick:
         previous = json.loads(args.out.read_text())
@@ -252,7 +392,7 @@ def main() -> None:
     runs.append(out)
     if not args.quick:
         args.out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
-    print(json.dumps({k: out[k] for k in ("ratio_median", "delivered_p99_ms_from_ack_max")}))
+    print(json.dumps({k: v["summary"] for k, v in out["variants"].items()}, indent=1))
 
 
 if __name__ == "__main__":
