@@ -9,10 +9,11 @@ kill at any moment leaves either the old snapshot or the new one, never half of 
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -123,39 +124,16 @@ class SnapshotStore:
 
     def load_blob(self, name: str) -> memoryview | None:
         """The blob's payload (a writable view over one buffer), or None when absent or damaged."""
-        target = self.blob_path(name)
-        try:
-            with open(target, "rb") as f:
-                head = f.read(len(_BLOB_MAGIC) + _BLOB_HEADER)
-                try:
-                    if not head.startswith(_BLOB_MAGIC) or len(head) != len(_BLOB_MAGIC) + _BLOB_HEADER:
-                        raise ValueError("bad magic")
-                    digest, size_text = head[len(_BLOB_MAGIC) : -1].split(b" ")
-                    size = int(size_text)
-                    buf = bytearray(size)
-                    view = memoryview(buf)
-                    got = 0
-                    while got < size:
-                        n = f.readinto(view[got:])
-                        if not n:
-                            break
-                        got += n
-                    if got != size or f.read(1):
-                        raise ValueError("size mismatch")
-                    if hashlib.sha256(view).hexdigest().encode() != digest:
-                        raise ValueError("checksum mismatch")
-                except ValueError as exc:
-                    log.warning("blob %s is damaged (%s); it will be rebuilt from the log", target, exc)
-                    return None
-        except FileNotFoundError:
-            return None
-        return view
+        return self._verified_blob(name, _read_payload)
 
     def map_blob(self, name: str) -> memoryview | None:
         """The blob's payload as a private, writable memory map of its file (writes stay in
         this process), or None when absent or damaged: pages are read when touched and, until
         written, are the page cache's, not a copy. Verified like ``load_blob``; the mapping
         lasts while any view of it does, even once the file is dropped."""
+        return self._verified_blob(name, _map_payload)
+
+    def _verified_blob(self, name: str, payload: Callable[[io.BufferedReader, int], memoryview]) -> memoryview | None:
         target = self.blob_path(name)
         try:
             with open(target, "rb") as f:
@@ -164,12 +142,7 @@ class SnapshotStore:
                     if not head.startswith(_BLOB_MAGIC) or len(head) != BLOB_PAYLOAD_AT:
                         raise ValueError("bad magic")
                     digest, size_text = head[len(_BLOB_MAGIC) : -1].split(b" ")
-                    size = int(size_text)
-                    if os.fstat(f.fileno()).st_size != BLOB_PAYLOAD_AT + size:
-                        raise ValueError("size mismatch")
-                    if size == 0:
-                        return memoryview(bytearray())
-                    view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY))[BLOB_PAYLOAD_AT:]
+                    view = payload(f, int(size_text))
                     if hashlib.sha256(view).hexdigest().encode() != digest:
                         raise ValueError("checksum mismatch")
                 except ValueError as exc:
@@ -185,3 +158,26 @@ class SnapshotStore:
     def blob_names(self, prefix: str = "") -> list[str]:
         """Names of the stored blobs that start with ``prefix``, sorted."""
         return sorted(p.name[: -len(".blob")] for p in self.directory.glob(f"{prefix}*.blob"))
+
+
+def _read_payload(f: io.BufferedReader, size: int) -> memoryview:
+    """The rest of the file, read into one buffer; ``ValueError`` when it is not ``size`` bytes."""
+    view = memoryview(bytearray(size))
+    got = 0
+    while got < size:
+        n = f.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    if got != size or f.read(1):
+        raise ValueError("size mismatch")
+    return view
+
+
+def _map_payload(f: io.BufferedReader, size: int) -> memoryview:
+    """The rest of the file, mapped copy-on-write; ``ValueError`` when it is not ``size`` bytes."""
+    if os.fstat(f.fileno()).st_size != BLOB_PAYLOAD_AT + size:
+        raise ValueError("size mismatch")
+    if size == 0:
+        return memoryview(bytearray())
+    return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY))[BLOB_PAYLOAD_AT:]
