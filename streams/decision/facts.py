@@ -64,6 +64,20 @@ class AgentDecisionState:
         gone = sum(1 for f in self.memories.values() if model not in f.models)
         return gone + sum(1 for models in self.episodes.values() if model not in models)
 
+    def forget_memories(self, memory_ids: list[int]) -> None:
+        """``forget_memory`` of each. Most of the agent at once (an erasure of all its data) is
+        filtered out of each index in one pass instead: 100k ids one by one took 0.44 s of the
+        bus's writer thread, which other agents' writes wait for. The result is the same, as
+        an index names a memory only under that memory's own keys."""
+        gone = set(memory_ids)
+        if 2 * len(gone) <= len(self.memories):
+            for mid in memory_ids:
+                self.forget_memory(mid)
+            return
+        self.memories = {mid: f for mid, f in self.memories.items() if mid not in gone}
+        self.by_msg = {k: mid for k, mid in self.by_msg.items() if mid not in gone}
+        self.by_content = {k: mid for k, mid in self.by_content.items() if mid not in gone}
+
     def forget_memory(self, memory_id: int) -> None:
         facts = self.memories.pop(memory_id, None)
         if facts is None:

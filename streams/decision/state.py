@@ -147,8 +147,7 @@ class DecisionState:
             st.has_profile = True
             st.saw_model(models_of(p))
         elif t == "agent_data.deleted":
-            for mid in p["memory_ids"]:
-                st.forget_memory(mid)
+            st.forget_memories(p["memory_ids"])
             for eid in p["episode_ids"]:
                 st.episodes.pop(eid, None)
             if p.get("profile"):
@@ -167,8 +166,7 @@ class DecisionState:
     @staticmethod
     def _erase(st: AgentDecisionState, p: dict[str, Any]) -> None:
         """Leave the state as a replay leaves it once the erased keys are gone (docs/erasure.md)."""
-        for mid in p["memory_ids"]:
-            st.forget_memory(mid)
+        st.forget_memories(p["memory_ids"])
         for eid in p["episode_ids"]:
             st.episodes.pop(eid, None)
         if p.get("agent_scope"):
