@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from .base import DEFAULT_TIMEOUT, ClientBase
-from .feed import AsyncEventStream
+from .feed import AsyncEventStream, FeedCursor
 from .methods import AsyncTools
 from .remote import AsyncHttpTransport
 from .retry import RetryPolicy
@@ -83,7 +83,8 @@ class AsyncClient(ClientBase, AsyncTools):
         reconnect: bool = True,
     ) -> AsyncEventStream:
         """``Client.events`` as an async iterator (``async for event in client.events(...)``)."""
-        cursor = self._cursor(agent_id, types, start, after)
+        self._check_open()
+        cursor = FeedCursor(agent_id, types, start, after)
         if isinstance(self._transport, AsyncHttpTransport):
             return AsyncEventStream.over_http(self._transport.http, self.retry_policy, cursor, reconnect)
         from .local import AsyncLocal

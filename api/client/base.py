@@ -1,12 +1,11 @@
 """What ``Client`` and ``AsyncClient`` share apart from their I/O: the address, the retry policy,
-the closed flag, each call's preparation and the feed's cursor."""
+the closed flag and each call's preparation."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .calls import prepare
-from .feed import FeedCursor
 from .remote import headers_for
 from .retry import RetryPolicy
 
@@ -49,16 +48,6 @@ class ClientBase:
     def _prepared(self, tool: str, args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         self._check_open()
         return prepare(tool, args)
-
-    def _cursor(
-        self,
-        agent_id: str | list[str] | None,
-        types: str | list[str] | None,
-        start: str | int | None,
-        after: str | None,
-    ) -> FeedCursor:
-        self._check_open()
-        return FeedCursor(agent_id, types, start, after)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.base_url!r})"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from .base import DEFAULT_TIMEOUT, ClientBase
-from .feed import EventStream
+from .feed import EventStream, FeedCursor
 from .methods import SyncTools
 from .remote import HttpTransport
 from .retry import RetryPolicy
@@ -96,7 +96,8 @@ class Client(ClientBase, SyncTools):
         position of the first event to deliver; ``after``: a position already seen (deliver
         what follows it); neither: from now on. A dropped connection or a server's cut-off is
         resumed where the stream stood (``reconnect=False``: the iteration ends instead)."""
-        cursor = self._cursor(agent_id, types, start, after)
+        self._check_open()
+        cursor = FeedCursor(agent_id, types, start, after)
         if isinstance(self._transport, HttpTransport):
             return EventStream.over_http(self._transport.http, self.retry_policy, cursor, reconnect)
         from .local import ThreadedLocal
