@@ -69,6 +69,20 @@ CALL_TIMEOUT_S: Final = 60.0
 ENV_PREFIX: Final = "MEMSTREAM_KAFKA_KEYS_"
 
 
+def env_ms(env: Mapping[str, str], var: str) -> int | None:
+    """A setting in whole milliseconds (at least 1) from ``env[var]``; None when unset or empty."""
+    raw = env.get(var)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{var}={raw!r} is not a whole number of milliseconds") from None
+    if value < 1:
+        raise ValueError(f"{var}={raw!r} must be at least 1 (milliseconds)")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class KeyTopicBounds:
     """The keys topic's cleaning settings, in milliseconds. A destroyed key's wrapped value
@@ -87,16 +101,9 @@ class KeyTopicBounds:
         ``MEMSTREAM_KAFKA_KEYS_SEGMENT_MS``): a whole number of milliseconds, at least 1."""
         values: dict[str, int] = {}
         for name in cls.__dataclass_fields__:
-            var = f"{ENV_PREFIX}{name.upper()}"
-            raw = env.get(var)
-            if raw is None or raw == "":
-                continue
-            try:
-                values[name] = int(raw)
-            except ValueError:
-                raise ValueError(f"{var}={raw!r} is not a whole number of milliseconds") from None
-            if values[name] < 1:
-                raise ValueError(f"{var}={raw!r} must be at least 1 (milliseconds)")
+            value = env_ms(env, f"{ENV_PREFIX}{name.upper()}")
+            if value is not None:
+                values[name] = value
         return cls(**values)
 
     def topic_configs(self) -> dict[str, str]:

@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from memstream.streams.keys.kafka import env_ms
 from memstream.streams.log.port import LogRecord, partition_for
 
 DAY_MS: Final = 24 * 3600 * 1000
@@ -26,17 +27,8 @@ COMMANDS_ENV: Final = "MEMSTREAM_KAFKA_COMMANDS_"
 
 def _env_ms(name: str, default: int) -> int:
     """``MEMSTREAM_KAFKA_COMMANDS_<name>``: a whole number of milliseconds, at least 1."""
-    var = f"{COMMANDS_ENV}{name}"
-    raw = os.environ.get(var, "")
-    if raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{var}={raw!r} is not a whole number of milliseconds") from None
-    if value < 1:
-        raise ValueError(f"{var}={raw!r} must be at least 1 (milliseconds)")
-    return value
+    value = env_ms(os.environ, f"{COMMANDS_ENV}{name}")
+    return default if value is None else value
 
 
 Keep = Callable[[ConsumerRecord[bytes, bytes]], bool]
@@ -157,7 +149,7 @@ async def ensure_topics(cfg: KafkaConfig) -> TopicReport:
         report.existing = [n for n in wanted if n not in missing]
         await _wait_for_leaders(admin, cfg, list(wanted))
         if cfg.commands_topic in report.existing:
-            await _align_configs(admin, cfg.commands_topic, wanted[cfg.commands_topic])
+            await _align_configs(admin, cfg.commands_topic, wanted[cfg.commands_topic], cfg.request_timeout_ms / 1000)
         await _check_configs(admin, wanted)
         return report
     finally:
@@ -184,21 +176,31 @@ async def _wait_for_leaders(admin: AIOKafkaAdminClient, cfg: KafkaConfig, topics
         await asyncio.sleep(0.1)
 
 
-async def _align_configs(admin: AIOKafkaAdminClient, topic: str, wanted: dict[str, str]) -> None:
+async def _align_configs(admin: AIOKafkaAdminClient, topic: str, wanted: dict[str, str], timeout_s: float) -> None:
     """Set a topic's configs to this deployment's when they differ (the commands topic: its
-    retention is a setting, so a restart with another value applies it rather than refuse)."""
-    described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, dict.fromkeys(wanted))])
-    actual: dict[str, str] = {}
-    for response in described:
-        for res in response.to_object()["resources"]:
-            actual.update({e["config_names"]: e["config_value"] for e in res["config_entries"]})
-    if all(actual.get(k) == v for k, v in wanted.items()):
+    retention is a setting, so a restart with another value applies it rather than refuse),
+    and wait (within the request timeout) until the broker describes them so."""
+
+    async def aligned() -> bool:
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic, dict.fromkeys(wanted))
+        actual: dict[str, str] = {}
+        for response in await admin.describe_configs([resource]):
+            for res in response.to_object()["resources"]:
+                actual.update({e["config_names"]: e["config_value"] for e in res["config_entries"]})
+        return all(actual.get(k) == v for k, v in wanted.items())
+
+    if await aligned():
         return
     responses = await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, wanted)])
     for response in responses:
         for res in response.to_object()["resources"]:
             if res["error_code"] != 0:
                 raise KafkaLogError(f"could not set the configs of topic {topic}: {res}")
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await aligned():  # a config just altered may be described with its old value a moment
+        if asyncio.get_running_loop().time() > deadline:
+            raise KafkaLogError(f"topic {topic}: the broker still describes other configs than {wanted}")
+        await asyncio.sleep(0.1)
 
 
 async def _check_configs(admin: AIOKafkaAdminClient, wanted: dict[str, dict[str, str]]) -> None:
