@@ -32,7 +32,7 @@ from memstream.api.kafka.worker.append_fold import plan_feed
 from memstream.api.kafka.worker.checkpoints import checkpoint_dir
 from memstream.api.kafka.worker.engine import PartitionEngine
 from memstream.api.kafka.worker.guard import guard_worker, owner_route
-from memstream.api.kafka.worker.models import PartitionModels
+from memstream.api.kafka.worker.models import CATCH_UP_DEADLINE_S, PartitionModels
 from memstream.api.kafka.worker.partition_log import KafkaPartitionLog
 from memstream.api.kafka.worker.point_in_time import KafkaPointInTime
 from memstream.api.kafka.worker.transfer_parts import transfer_routes
@@ -66,6 +66,7 @@ T = TypeVar("T")
 # routes of api/kafka/worker/transfer_parts.py). Asked directly, a worker says so rather than
 # answer for its own partitions only.
 ROUTER_TOOLS = frozenset({"check_health"}) | TRANSFER_TOOLS
+PENDING_DEADLINE_S = 3600.0  # how long completing a previous owner's erasures waits for the fold
 
 
 class Worker:
@@ -246,11 +247,11 @@ class Worker:
             await asyncio.to_thread(checkpoints.remove, models.store)
             log.warning("partition %d: checkpoint removed after an erasure (rewriting it failed)", models.partition)
 
-    async def settle(self, models: PartitionModels, offset: int) -> None:
+    async def settle(self, models: PartitionModels, offset: int, deadline_s: float = CATCH_UP_DEADLINE_S) -> None:
         """Wait until the partition's read models include ``offset``."""
         p = models.partition
         self.acked[p] = max(self.acked.get(p, -1), offset)
-        await models.caught_up(offset)
+        await models.caught_up(offset, deadline_s)
 
     async def erase(self, models: PartitionModels, committed: Committed, command: Command) -> dict[str, Any]:
         """Complete an erasure the decider appended (api/kafka/worker/erasure.py)."""
@@ -265,7 +266,9 @@ class Worker:
 
     async def _complete_pending(self, models: PartitionModels) -> None:
         try:
-            done = await erasure.complete_pending(self, models, lambda o: self.settle(models, o))
+            # In the background: the models of a partition just taken may need long to fold from 0.
+            settle = lambda o: self.settle(models, o, PENDING_DEADLINE_S)  # noqa: E731
+            done = await erasure.complete_pending(self, models, settle)
             if done:
                 log.warning("partition %d: completed %d erasure(s) a previous owner left pending", models.partition,
                             done)  # fmt: skip
