@@ -48,6 +48,7 @@ from tests.support.acl import (
     write_acl,
 )
 from tests.support.broker import BOOTSTRAP, deployment_config, drop_topics, require_broker, stop_processes
+from tests.support.deployment import until_every_partition_owned
 from tests.support.servers import ServerThread, free_port
 
 pytestmark = [pytest.mark.kafka]
@@ -105,21 +106,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         )
     )  # fmt: skip
 
-    async def ready() -> None:
-        headers = {"authorization": f"Bearer {TOKENS['admin']}"}
-        async with asyncio.timeout(120), httpx.AsyncClient(headers=headers) as client:
-            while True:
-                try:
-                    r = await client.get(f"{d.url}/health")
-                    if r.status_code == 200 and r.json()["partitions_with_owner"] == cfg.partitions:
-                        return
-                except httpx.TransportError:
-                    pass
-                assert all(p.poll() is None for p in procs), (root / "router.log").read_text()
-                await asyncio.sleep(0.2)
-
+    admin = {"authorization": f"Bearer {TOKENS['admin']}"}
     try:
-        asyncio.run(ready())
+        ready = until_every_partition_owned(d.url, cfg.partitions, headers=admin, procs=procs, log=root / "router.log")
+        asyncio.run(ready)
         yield d
     finally:
         stop_processes(procs)

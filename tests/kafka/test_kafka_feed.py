@@ -24,6 +24,7 @@ from memstream.streams.log.kafka import KafkaConfig
 from memstream.streams.log.port import partition_for
 from tests.support.acl import ACL, TOKENS, write_acl
 from tests.support.broker import deployment_config, drop_topics, require_broker, stop_processes
+from tests.support.deployment import until_every_partition_owned
 from tests.support.servers import free_port
 
 pytestmark = pytest.mark.kafka
@@ -67,21 +68,9 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
         ),
     ]  # fmt: skip
     r = Router(cfg, f"http://127.0.0.1:{port}")
-
-    async def ready() -> None:
-        async with asyncio.timeout(120), r.client() as http:
-            while True:
-                try:
-                    h = await http.get("/health")
-                    if h.status_code == 200 and h.json()["partitions_with_owner"] == PARTITIONS:
-                        return
-                except httpx.TransportError:
-                    pass
-                assert all(p.poll() is None for p in procs), (root / "router.log").read_text()
-                await asyncio.sleep(0.2)
-
+    admin = {"authorization": f"Bearer {TOKENS['admin']}"}
     try:
-        asyncio.run(ready())
+        asyncio.run(until_every_partition_owned(r.url, PARTITIONS, headers=admin, procs=procs, log=root / "router.log"))
         yield r
     finally:
         stop_processes(procs)

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,31 @@ from tests.support.servers import free_port
 
 PROCS = Path(__file__).resolve().parents[1] / "procs"
 AGENT_KEYS = ("agent_id", "target_agent_id", "source_agent_id")
+
+
+async def until_every_partition_owned(
+    url: str,
+    partitions: int,
+    *,
+    timeout_s: float = 120,
+    headers: dict[str, str] | None = None,
+    procs: Sequence[subprocess.Popen[Any]] = (),
+    log: Path | None = None,
+    also: Callable[[dict[str, Any]], bool] = lambda health: True,
+) -> None:
+    """Poll the router at ``url`` until its ``/health`` shows an owner for every partition (and
+    ``also`` holds of it); fail at the deadline, or at once when one of ``procs`` has exited
+    (with ``log``'s text)."""
+    async with asyncio.timeout(timeout_s), httpx.AsyncClient(headers=headers) as client:
+        while True:
+            try:
+                r = await client.get(f"{url}/health")
+                if r.status_code == 200 and r.json()["partitions_with_owner"] == partitions and also(r.json()):
+                    return
+            except httpx.TransportError:
+                pass
+            assert all(p.poll() is None for p in procs), log.read_text() if log is not None else "a process exited"
+            await asyncio.sleep(0.2)  # the poll's step; the timeout bounds the wait
 
 
 class Deployment:
@@ -60,17 +85,12 @@ class Deployment:
         some: workers started together join the group one after the other, and a test should
         not race the rebalance the later one causes (a re-embed job whose partition moves
         mid-job fails, as it should)."""
-        async with asyncio.timeout(timeout_s), httpx.AsyncClient() as client:
-            while True:
-                try:
-                    r = await client.get(f"{self.url}/health")
-                    if r.status_code == 200 and r.json()["partitions_with_owner"] == self.cfg.partitions:
-                        workers = sum(w.poll() is None for w in self.workers)
-                        if r.json()["stats"]["workers_answering"] >= min(workers, self.cfg.partitions):
-                            return
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.2)
+
+        def every_worker_answers(health: dict[str, Any]) -> bool:
+            workers = sum(w.poll() is None for w in self.workers)
+            return bool(health["stats"]["workers_answering"] >= min(workers, self.cfg.partitions))
+
+        await until_every_partition_owned(self.url, self.cfg.partitions, timeout_s=timeout_s, also=every_worker_answers)
 
     def stop(self) -> None:
         stop_processes(self.procs)
@@ -102,20 +122,8 @@ def shared_deployment() -> Iterator[str]:
         )
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-
-    async def ready() -> None:
-        async with asyncio.timeout(120), httpx.AsyncClient() as client:
-            while True:
-                try:
-                    r = await client.get(f"{url}/health")
-                    if r.status_code == 200 and r.json()["partitions_with_owner"] == cfg.partitions:
-                        return
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.2)
-
     try:
-        asyncio.run(ready())
+        asyncio.run(until_every_partition_owned(url, cfg.partitions))
         yield url
     finally:
         stop_processes(procs)
