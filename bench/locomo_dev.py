@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from eval_recall import AGENT, REPO, Dataset, K, assign_halves, load_dataset, ndcg_at_k, recall_at_k
 
-from memstream.api.query.recall import fusion
+from memstream.api.query.recall import fusion, rerank, speakers
 from memstream.api.query.recall.gate import GateConfig, apply_gate
 from memstream.api.query.recall.neighbours import neighbour_scores, reorder
 from memstream.api.services.embedding import load_local_embedder
@@ -349,6 +349,52 @@ def speaker_boost(share: float) -> Variant:
     return run
 
 
+# -- third pass (2026-12-02): the learned second stage (api/query/recall/rerank.py) ------------
+
+
+def pool_of(
+    ag: Agent, lists: Lists, pool: int, weight: float = 0.25, boost: float = 0.5
+) -> tuple[list[fusion.Candidate], rerank.Signals]:
+    """What recall fuses when the second stage is on (``run_recall``): each list cut at ``pool``,
+    reordered by neighbours over that cut, fused, speaker-boosted; and the signals it keeps."""
+    vec, lex = lists.vector[:pool], lists.lexical[:pool]
+    vec_ev = fusion.vector_evidence(vec)
+    lex_ev = fusion.lexical_evidence({r: lists.shares.get(r, 0.0) for r, _ in lex})
+    refs = {*vec_ev, *lex_ev}
+
+    def near(ref: str) -> tuple[str | None, str | None]:
+        p = int(ref.split(":")[1])
+        prev, nxt = f"mem:{p - 1}", f"mem:{p + 1}"
+        return (prev if p > 1 else None, nxt if p < len(ag.doc_ids) else None)
+
+    adjacency = {r: near(r) for r in refs}
+    in_lists = {r: (a if a in refs else None, b if b in refs else None) for r, (a, b) in adjacency.items()}
+    v, v_ev = reorder(vec, vec_ev, in_lists, weight)
+    lx, lx_ev = reorder(lex, lex_ev, in_lists, weight)
+    cands = fusion.rrf(
+        {n: r for n, r in (("vector", v), ("lexical", lx)) if r}, evidence={"vector": v_ev, "lexical": lx_ev}
+    )
+    named = speakers.named_in(lists.text)
+    content: dict[str, str | None] = {r: ag.texts[int(r.split(":")[1]) - 1] for r in refs}
+    cands = speakers.boost(cands, content.get, named, boost)
+    spoke = {r for r, t in content.items() if speakers.speaker_of(t) in named}
+    return cands, rerank.Signals(v, lx, lists.shares, adjacency, spoke, content)
+
+
+def second_stage(model: rerank.Model, pool: int = 3 * K) -> Variant:
+    """What recall does since the third pass: the candidates of ``pool`` rows of each list
+    ordered by ``model`` when they are conversation turns, else the first stage (``speaker-0.5``)."""
+
+    def run(ag: Agent, lists: Lists) -> list[str]:
+        cands, sig = pool_of(ag, lists, pool)
+        if not rerank.conversational(sig.content, sig.content):
+            return speaker_boost(0.5)(ag, lists)
+        score = {c.ref: model.score(x) for c, x in zip(cands, rerank.feature_rows(cands, sig), strict=True)}
+        return gated(sorted(cands, key=lambda c: -score[c.ref]), len(ag.doc_ids))
+
+    return run
+
+
 # The grid ``--cv`` chooses from: (lexical evidence power, lexical weight); (2, 1.0) is the default.
 CV_GRID = [(p, w) for p in (1.0, 1.5, 2.0) for w in (1.0, 1.25, 1.5, 2.0, 2.5, 3.0)]
 
@@ -380,7 +426,8 @@ VARIANTS: dict[str, Variant] = {
         for a in (False, True)
     },
     **{f"speaker-{s}": speaker_boost(s) for s in (0.1, 0.25, 0.5)},
-    "default": speaker_boost(0.5),  # what recall does since the second pass (speaker-0.5)
+    "first-stage": speaker_boost(0.5),  # what recall does with MEMSTREAM_RECALL_RERANK=off
+    "default": second_stage(rerank.DEFAULT_MODEL),  # what recall does since the third pass
     **{f"p{p}-lw{w}": weighted(p, w) for p, w in CV_GRID if (p, w) != (2.0, 1.0)},
     **{f"f{f}-keep{k}": weighted(2.0, 1.0, f, k) for f, k in ((20, 20), (30, 20), (40, 30))},
 }

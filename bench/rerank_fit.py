@@ -1,8 +1,8 @@
 """Fitting recall's second stage (api/query/recall/rerank.py) on the LoCoMo development split.
 
-The candidates are what recall fuses with the second stage on: each list cut at ``--pool`` rows,
-reordered by adjacent-turn evidence, fused by evidence-weighted rrf, speaker boost applied
-(``locomo_dev.py``'s replica, which gives the server's figures). Each candidate gets
+The candidates are what recall fuses with the second stage on (``locomo_dev.pool_of``: each list
+cut at ``--pool`` rows, reordered by adjacent-turn evidence, fused by evidence-weighted rrf,
+speaker boost applied; the replica gives the server's figures). Each candidate gets
 ``rerank.FEATURES`` and a label (is it an evidence turn). A logistic model is fitted with
 numpy only (Newton's method, L2), pointwise or on pairs (an evidence turn against a non-evidence
 turn of the same question, RankNet's loss with a linear scorer).
@@ -29,10 +29,9 @@ from pathlib import Path
 
 import numpy as np
 from eval_recall import AGENT, Dataset, K, assign_halves, load_dataset, ndcg_at_k, recall_at_k
-from locomo_dev import LOCOMO_DEV, VARIANTS, Agent, Lists, build, evaluate, gated, paired, retrieve
+from locomo_dev import LOCOMO_DEV, VARIANTS, Agent, Lists, build, evaluate, gated, paired, pool_of, retrieve
 
-from memstream.api.query.recall import fusion, rerank, speakers
-from memstream.api.query.recall.neighbours import reorder
+from memstream.api.query.recall import fusion, rerank
 from memstream.api.services.embedding import load_local_embedder
 
 
@@ -45,35 +44,6 @@ class Query:
     y: np.ndarray  # 1 for an evidence turn
     agent: Agent
     applies: bool = True  # the second stage runs on these candidates (``rerank.conversational``)
-
-
-def pool_of(
-    ag: Agent, lists: Lists, pool: int, weight: float = 0.25, boost: float = 0.5
-) -> tuple[list[fusion.Candidate], rerank.Signals]:
-    """What recall fuses when the second stage is on (``run_recall``): each list cut at ``pool``,
-    reordered by neighbours over that cut, fused, speaker-boosted; and the signals it keeps."""
-    vec, lex = lists.vector[:pool], lists.lexical[:pool]
-    vec_ev = fusion.vector_evidence(vec)
-    lex_ev = fusion.lexical_evidence({r: lists.shares.get(r, 0.0) for r, _ in lex})
-    refs = {*vec_ev, *lex_ev}
-
-    def near(ref: str) -> tuple[str | None, str | None]:
-        p = int(ref.split(":")[1])
-        prev, nxt = f"mem:{p - 1}", f"mem:{p + 1}"
-        return (prev if p > 1 else None, nxt if p < len(ag.doc_ids) else None)
-
-    adjacency = {r: near(r) for r in refs}
-    in_lists = {r: (a if a in refs else None, b if b in refs else None) for r, (a, b) in adjacency.items()}
-    v, v_ev = reorder(vec, vec_ev, in_lists, weight)
-    lx, lx_ev = reorder(lex, lex_ev, in_lists, weight)
-    cands = fusion.rrf(
-        {n: r for n, r in (("vector", v), ("lexical", lx)) if r}, evidence={"vector": v_ev, "lexical": lx_ev}
-    )
-    named = speakers.named_in(lists.text)
-    content: dict[str, str | None] = {r: ag.texts[int(r.split(":")[1]) - 1] for r in refs}
-    cands = speakers.boost(cands, content.get, named, boost)
-    spoke = {r for r, t in content.items() if speakers.speaker_of(t) in named}
-    return cands, rerank.Signals(v, lx, lists.shares, adjacency, spoke, content)
 
 
 def queries(ds: Dataset, agents: dict[str, Agent], lists: dict[str, Lists], pool: int) -> list[Query]:
@@ -184,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ds, agents, lists = prepare(args.check, args.embedder, dev_half=True)
         pool = int(args.pool.split(",")[0])
         qs = queries(ds, agents, lists, pool)
-        base = evaluate(VARIANTS["default"], ds, agents, lists)
+        base = evaluate(VARIANTS["first-stage"], ds, agents, lists)
         mine = score(qs, ds, rerank.DEFAULT_MODEL)
         for name, set_q in ds.query_sets.items():
             ids = [q for q in set_q if q in lists]
@@ -194,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name}: NDCG@10 {nd['value']:.3f} minus default {d:+.3f} ± {ci:.3f}")
     else:
         ds, agents, lists = prepare(args.data, args.embedder, dev_half=False)
-        base = evaluate(VARIANTS["default"], ds, agents, lists)
+        base = evaluate(VARIANTS["first-stage"], ds, agents, lists)
         qids = list(lists)
         convs = sorted({ds.agent_of[q] for q in qids})
         for pool in map(int, args.pool.split(",")):

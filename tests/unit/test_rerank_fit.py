@@ -62,7 +62,7 @@ def test_pool_of_fuses_each_list_to_the_pool_depth_with_its_signals() -> None:
 
     ag = agent()
     ls = lists_for(ag, "What did Caroline make in pottery", np.array([1, 0.2, 0.9, 0, 0, 0, 1.5], dtype=np.float32))
-    cands, sig = rf.pool_of(ag, ls, 30)
+    cands, sig = ld.pool_of(ag, ls, 30)
     refs = {c.ref for c in cands}
     assert refs == {r for r, _ in (*sig.vector, *sig.lexical)}
     assert len(sig.vector) == len(ag.doc_ids)  # six turns: the whole conversation fits in the pool
@@ -71,3 +71,16 @@ def test_pool_of_fuses_each_list_to_the_pool_depth_with_its_signals() -> None:
     assert rerank.conversational(sig.content, sig.content)
     rows = rerank.feature_rows(cands, sig)
     assert all(len(r) == N for r in rows)
+
+
+def test_the_replicas_default_is_the_second_stage_on_turns_and_the_first_stage_elsewhere() -> None:
+    from tests.unit.test_locomo_dev import agent, lists_for
+
+    ag = agent()
+    ls = lists_for(ag, "pottery vase sunrise", np.array([1, 0.2, 0.9, 0.5, 0, 0, 1.5], dtype=np.float32))
+    words_only = rerank.Model(tuple(1.0 if f == "words" else 0.0 for f in rerank.FEATURES))
+    ranked = ld.second_stage(words_only)(ag, ls)
+    lengths = [len(ag.texts[int(r.split(":")[1]) - 1].split()) for r in ranked]
+    assert lengths == sorted(lengths, reverse=True)  # turns: ordered by the model alone
+    notes = ld.Agent(ag.name, ag.doc_ids, ag.vectors, ag.lexical, [t.split(": ", 1)[1] for t in ag.texts])
+    assert ld.second_stage(words_only)(notes, ls) == ld.VARIANTS["first-stage"](notes, ls)
