@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
-from http.cookiejar import DefaultCookiePolicy
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ import pytest
 from memstream.api.services.settings import load_settings
 from tests.support.acl import ACL, TOKENS, write_acl
 from tests.support.browser import browser_or_skip, launch
+from tests.support.cookies import assert_strict, cookie_value, cookieless_client, set_cookies
 from tests.support.servers import ServerThread, log_end
 
 DOC_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "img" / "audit-timeline.png"
@@ -156,31 +156,10 @@ def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThrea
         yield srv
 
 
-def _client(url: str) -> httpx.Client:
-    """A client that keeps no cookies: each request carries exactly the ones the test gives it."""
-    http = httpx.Client(base_url=url, timeout=30)
-    http.cookies.jar.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-    return http
-
-
-def _cookies(r: httpx.Response) -> dict[str, str]:
-    """The Set-Cookie headers of a response, by cookie name."""
-    return {h.split("=", 1)[0]: h for h in r.headers.get_list("set-cookie")}
-
-
-def _value(set_cookie: str) -> str:
-    return set_cookie.split(";", 1)[0].split("=", 1)[1]
-
-
-def _assert_strict(set_cookie: str) -> None:
-    attributes = {a.strip().lower() for a in set_cookie.split(";")[1:]}
-    assert {"httponly", "samesite=strict", "path=/audit"} <= attributes, set_cookie
-
-
 def test_acl_audit_page_is_the_bearer_clients_never_a_headers(acl_server: ServerThread) -> None:
     """X-Client-Id names nobody in ACL mode: the page shows the token's client its own agent,
     refuses it another's, and the refusal is recorded with the token's client as actor."""
-    with _client(acl_server.url) as http:
+    with cookieless_client(acl_server.url) as http:
         r = http.get("/audit", params={"agent": "alice"}, headers=_bearer("rw-alice", **{"x-client-id": "mallory"}))
         assert r.status_code == 200, r.text
         assert "alice&#x27;s own note" in r.text and "client rw-alice" in r.text and "mallory" not in r.text
@@ -212,15 +191,15 @@ def _login_form(http: httpx.Client) -> tuple[str, str]:
     """(login cookie, CSRF token) of a fresh login form."""
     r = http.get("/audit/login")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
-    cookie = _cookies(r)["memstream_audit_login"]
-    _assert_strict(cookie)
+    cookie = set_cookies(r)["memstream_audit_login"]
+    assert_strict(cookie, "/audit")
     match = CSRF.search(r.text)
     assert match is not None, r.text
-    return _value(cookie), match.group(1)
+    return cookie_value(cookie), match.group(1)
 
 
 def test_acl_audit_login_gives_a_strict_session_cookie_and_logout_ends_it(acl_server: ServerThread) -> None:
-    with _client(acl_server.url) as http:
+    with cookieless_client(acl_server.url) as http:
         nonce, csrf = _login_form(http)
         login = {"memstream_audit_login": nonce}
 
@@ -238,13 +217,13 @@ def test_acl_audit_login_gives_a_strict_session_cookie_and_logout_ends_it(acl_se
         ]
         for r, status in refused:
             assert r.status_code == status, (status, r.status_code, r.text)
-            assert "memstream_audit" not in _cookies(r)
+            assert "memstream_audit" not in set_cookies(r)
         r = post_login({"csrf": csrf, "token": TOKENS["rw-alice"]}, login)
         assert r.status_code == 303 and r.headers["location"] == "/audit", r.text
-        session_cookie = _cookies(r)["memstream_audit"]
-        _assert_strict(session_cookie)
+        session_cookie = set_cookies(r)["memstream_audit"]
+        assert_strict(session_cookie, "/audit")
         assert "max-age=3600" in session_cookie.lower()
-        session = {"cookie": f"memstream_audit={_value(session_cookie)}"}
+        session = {"cookie": f"memstream_audit={cookie_value(session_cookie)}"}
 
         r = http.get("/audit", params={"agent": "alice"}, headers=session)
         assert r.status_code == 200 and "alice&#x27;s own note" in r.text and "Signed in as rw-alice" in r.text
@@ -259,7 +238,7 @@ def test_acl_audit_login_gives_a_strict_session_cookie_and_logout_ends_it(acl_se
             r = http.request(method, path, json={"agent_id": "alice"}, headers=session)
             assert r.status_code == 401, (path, r.status_code)
         # A forged or altered cookie opens nothing.
-        forged = {"cookie": f"memstream_audit={_value(session_cookie)[:-2]}xx"}
+        forged = {"cookie": f"memstream_audit={cookie_value(session_cookie)[:-2]}xx"}
         assert http.get("/audit", params={"agent": "alice"}, headers=forged).status_code == 303
 
         logout_csrf = CSRF.search(http.get("/audit", headers=session).text)
@@ -269,7 +248,7 @@ def test_acl_audit_login_gives_a_strict_session_cookie_and_logout_ends_it(acl_se
         assert http.get("/audit", params={"agent": "alice"}, headers=session).status_code == 200
         r = http.post("/audit/logout", data={"csrf": logout_csrf.group(1)}, headers=session)
         assert r.status_code == 303 and r.headers["location"] == "/audit/login"
-        assert _value(_cookies(r)["memstream_audit"]) in ("", '""')
+        assert cookie_value(set_cookies(r)["memstream_audit"]) in ("", '""')
         # The old cookie no longer opens anything.
         r = http.get("/audit", params={"agent": "alice"}, headers=session)
         assert r.status_code == 303 and r.headers["location"] == "/audit/login"

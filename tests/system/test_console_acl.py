@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from http.cookiejar import DefaultCookiePolicy
 
 import httpx
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from memstream.api.services.settings import load_settings
 from tests.support.acl import ACL, TOKENS, write_acl
 from tests.support.browser import browser_or_skip, launch
+from tests.support.cookies import assert_strict, cookie_value, cookieless_client, set_cookies
 from tests.support.servers import ServerThread
 
 CSRF_INPUT = re.compile(r"name='csrf' value='([^']+)'")
@@ -37,26 +37,11 @@ def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
         yield srv, ids
 
 
-def _client(url: str) -> httpx.Client:
-    """A client that keeps no cookies: each request carries exactly the ones the test gives it."""
-    http = httpx.Client(base_url=url, timeout=30)
-    http.cookies.jar.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-    return http
-
-
-def _set_cookies(r: httpx.Response) -> dict[str, str]:
-    return {h.split("=", 1)[0]: h for h in r.headers.get_list("set-cookie")}
-
-
-def _value(set_cookie: str) -> str:
-    return set_cookie.split(";", 1)[0].split("=", 1)[1]
-
-
 def _login(http: httpx.Client, client: str) -> tuple[str, str]:
     """(session cookie value, CSRF token of the page) after logging in as ``client``."""
     form = http.get("/console/login")
     assert form.status_code == 200 and "default-src 'none'" in form.headers["content-security-policy"]
-    nonce = _value(_set_cookies(form)["memstream_console_login"])
+    nonce = cookie_value(set_cookies(form)["memstream_console_login"])
     match = CSRF_INPUT.search(form.text)
     assert match is not None
     r = http.post(
@@ -65,35 +50,34 @@ def _login(http: httpx.Client, client: str) -> tuple[str, str]:
         headers={"cookie": f"memstream_console_login={nonce}"},
     )
     assert r.status_code == 303 and r.headers["location"] == "/", r.text
-    cookie = _set_cookies(r)["memstream_console"]
-    attributes = {a.strip().lower() for a in cookie.split(";")[1:]}
-    assert {"httponly", "samesite=strict", "path=/"} <= attributes, cookie
-    page = http.get("/", headers={"cookie": f"memstream_console={_value(cookie)}"})
+    cookie = set_cookies(r)["memstream_console"]
+    assert_strict(cookie, "/")
+    page = http.get("/", headers={"cookie": f"memstream_console={cookie_value(cookie)}"})
     assert page.status_code == 200 and f"Signed in as <b id='whoami'>{client}</b>" in page.text
     meta = CSRF_META.search(page.text)
     assert meta is not None
-    return _value(cookie), meta.group(1)
+    return cookie_value(cookie), meta.group(1)
 
 
 def test_console_session_opens_the_tools_with_csrf_and_only_as_its_client(
     acl_server: tuple[ServerThread, dict[str, int]],
 ) -> None:
     srv, ids = acl_server
-    with _client(srv.url) as http:
+    with cookieless_client(srv.url) as http:
         # No session: the page sends a browser to the login form; the tools answer 401.
         r = http.get("/")
         assert r.status_code == 303 and r.headers["location"] == "/console/login"
         assert http.post("/v1/tools/list_agents", json={}).status_code == 401
         # A bad login: unknown token, or a form that did not come from the login page.
         form = http.get("/console/login")
-        nonce = _value(_set_cookies(form)["memstream_console_login"])
+        nonce = cookie_value(set_cookies(form)["memstream_console_login"])
         token = CSRF_INPUT.search(form.text)
         assert token is not None
         jar = {"cookie": f"memstream_console_login={nonce}"}
         bad = http.post("/console/login", data={"csrf": token.group(1), "token": "nope"}, headers=jar)
-        assert bad.status_code == 401 and "memstream_console" not in _set_cookies(bad)
+        assert bad.status_code == 401 and "memstream_console" not in set_cookies(bad)
         forged = http.post("/console/login", data={"csrf": "x", "token": TOKENS["rw-alice"]}, headers=jar)
-        assert forged.status_code == 403 and "memstream_console" not in _set_cookies(forged)
+        assert forged.status_code == 403 and "memstream_console" not in set_cookies(forged)
 
         cookie, csrf = _login(http, "rw-alice")
         session = {"cookie": f"memstream_console={cookie}", "x-client-id": "admin"}  # the header names nobody
