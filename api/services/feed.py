@@ -44,11 +44,11 @@ DEFAULT_BUFFER = 1000  # events a subscriber may fall behind before it is cut of
 READ_BATCH = 256  # below DEFAULT_BUFFER: one read never cuts off a subscriber that keeps up
 POLL_SECONDS = 0.5  # how soon another process's appends are seen (this process's: at once)
 # The reader reads at most once per this interval (at once when the last read was longer ago):
-# each subscriber's cost is per batch (a wake-up and a socket write, ~50-60 us of server CPU on
-# this project's 2-core bench machine), so under a write storm commits close together go out as
-# one batch, for at most this much latency; a quiet feed adds none. 50 ms: 20 writes a second per
-# subscriber at most, half of what 25 ms cost, within the 100 ms delivery goal (docs/feed.md).
-MIN_READ_INTERVAL_S = 0.05
+# each subscriber's cost is per batch (a wake-up and a socket write), so under a write storm
+# commits close together go out as one batch, for at most this much latency; a quiet feed adds
+# none. 50 ms halves the writes (and the subscribers' reads) but, measured on a loaded machine,
+# doubled the store->delivered p99 past the 100 ms goal (docs/benchmarks.md, "Change feed").
+MIN_READ_INTERVAL_S = 0.025
 
 
 class FeedLog(Protocol):
