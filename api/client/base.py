@@ -3,6 +3,7 @@ the closed flag and each call's preparation."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from .calls import prepare
@@ -31,7 +32,7 @@ class ClientBase:
         self._closed = False
         return headers_for(token, client_id, session_id)
 
-    def _in_process(self, data_dir: object) -> None:
+    def _in_process(self, data_dir: str | Path) -> None:
         """Set up for the engine in this process: nothing to retry."""
         self.base_url = f"local:{data_dir}"
         self.retry_policy = RetryPolicy(0)
