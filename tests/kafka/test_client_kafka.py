@@ -10,7 +10,7 @@ import asyncio
 import orjson
 import pytest
 
-from memstream.client import AsyncClient, Client, Conflict, Invalid, Locked, NotFound, UnknownTool
+from memstream.client import AsyncClient, Client, Conflict, Invalid, Locked, NotFound, TooLarge, UnknownTool
 from memstream.client.results import HistoryResult, RecallResult, StoreResult
 from tests.support.deployment import Deployment
 from tests.support.error_codes import HeaderRecorder
@@ -56,8 +56,11 @@ async def test_the_client_through_a_kafka_router(deployment: Deployment) -> None
             assert second is not None
             with pytest.raises(Conflict):  # one copy of a text per bucket
                 memory.update_memory(second, "dee grows tomatoes on the balcony")
+            with pytest.raises(TooLarge):
+                memory.archive_episode("dee", "an episode", keywords="word " * 2500)
             # the worker names each code (Memstream-Error) and the router passes it through
-            assert [c for c in recorder.codes if c] == ["invalid", "not_found", "unknown_tool", "locked", "conflict"]
+            named = ["invalid", "not_found", "unknown_tool", "locked", "conflict", "too_large"]
+            assert [c for c in recorder.codes if c] == named
             assert memory.delete_memory(ids["ada"]).deleted_id == ids["ada"]
             assert memory.list_memories("ada").count == 0
 
