@@ -352,7 +352,8 @@ class KafkaLog:
         """Records of one partition with ``start <= offset < stop`` (stop: the end now), in
         offset order, at most ``limit`` after filtering by agent and type."""
         keep = matching(agent_id, types)
-        records = await self.read_records(topic or self.cfg.events_topic, partition, start, stop, keep, limit)
+        topic = topic or self.cfg.events_topic
+        records = await self.read_records(topic, partition, start, stop, keep, limit, vectors=vectors)
         return [log_record(rec, vectors=vectors) for rec in records]
 
     async def read_records(
@@ -365,13 +366,16 @@ class KafkaLog:
         limit: int = 10_000,
         *,
         raw: bool = False,
+        vectors: bool = True,
     ) -> list[ConsumerRecord[bytes, bytes]]:
         """Records (with all their headers) of one partition, ``start <= offset < stop``, opened
-        (``raw``: as stored, sealed values included)."""
+        (``raw``: as stored, sealed values included; ``vectors=False``: without their vectors,
+        which are then not opened either)."""
         consumer = self._need_consumer()
         async with self._read_lock:  # one consumer, one assignment at a time
             tp = TopicPartition(topic, partition)
-            return await read_range(consumer, tp, start, stop, keep, limit, None if raw else self.opener)
+            opener = None if raw else self.opener
+            return await read_range(consumer, tp, start, stop, keep, limit, opener, vectors=vectors)
 
     def _need_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:
@@ -387,6 +391,8 @@ async def read_range(
     keep: Keep | None = None,
     limit: int = 10_000,
     opener: Opener | None = None,
+    *,
+    vectors: bool = True,
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """Records of ``tp`` with ``start <= offset < stop`` (stop: the end now) that ``keep``
     accepts, at most ``limit``, opened with ``opener`` when given, read with a consumer that
@@ -412,7 +418,7 @@ async def read_range(
                 done = True
                 break
             if keep is None or keep(rec):
-                out.append(opened(rec, opener))
+                out.append(opened(rec, opener, vectors=vectors))
                 if len(out) >= limit:
                     break
             if rec.offset == stop - 1:
@@ -439,14 +445,17 @@ def matching(agent_id: str | None = None, types: Sequence[str] | None = None) ->
     return keep
 
 
-def opened(rec: ConsumerRecord[bytes, bytes], opener: Opener | None) -> ConsumerRecord[bytes, bytes]:
+def opened(
+    rec: ConsumerRecord[bytes, bytes], opener: Opener | None, *, vectors: bool = True
+) -> ConsumerRecord[bytes, bytes]:
     """``rec`` with its value and ``vector`` header opened (a clear record comes back as it is;
-    a redacted one without its ``vector`` header). Routing headers and the key stay clear."""
+    a redacted one without its ``vector`` header; ``vectors=False``: its vector is left out,
+    unopened, for readers that do not use it). Routing headers and the key stay clear."""
     if opener is None or not rec.value:
         return rec
     vector = None
     for name, data in rec.headers:
-        if name == "vector":
+        if name == "vector" and vectors:
             vector = data
     value, opened_vector = opener.open(rec.partition, rec.value, vector)
     if value is rec.value:

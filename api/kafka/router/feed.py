@@ -133,7 +133,7 @@ class KafkaStream:
                 batch = await consumer.getmany(timeout_ms=1000, max_records=READ_BATCH)
                 for tp in sorted(batch, key=lambda t: t.partition):
                     for rec in batch[tp]:
-                        entry = log_record(opened(rec, self.opener), vectors=False)
+                        entry = log_record(opened(rec, self.opener, vectors=False), vectors=False)
                         if self.filter.admits(entry.agent_id, entry.type):
                             if len(self._queue) >= self.buffer:
                                 reason = f"the subscriber fell more than {self.buffer} events behind"

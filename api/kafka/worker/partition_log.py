@@ -165,7 +165,8 @@ class KafkaPartitionLog:
         order, at most ``limit`` of those matching the agent and types."""
         tp = self._tp(partition, topic)
         async with self._turn(f"reading {tp.topic}[{partition}] from {start}") as consumer:
-            records = await read_range(consumer, tp, start, stop, matching(agent_id, types), limit, self.opener)
+            keep = matching(agent_id, types)
+            records = await read_range(consumer, tp, start, stop, keep, limit, self.opener, vectors=vectors)
         return [log_record(rec, vectors=vectors) for rec in records]
 
     async def read_offsets(
@@ -215,7 +216,7 @@ class KafkaPartitionLog:
                 for rec in batch.get(tp, []):
                     if rec.offset >= hi:
                         break
-                    if parse_time(decode(opened(rec, self.opener).value or b"{}")["occurred_at"]) > when:
+                    if parse_time(decode(opened(rec, self.opener, vectors=False).value or b"{}")["occurred_at"]) > when:
                         hi = rec.offset
                         break
                     lo = rec.offset + 1
