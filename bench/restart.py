@@ -1,7 +1,9 @@
 """Restart from checkpoints: N memories with 384-d vectors, a server started on the filled data
 directory, timed from process start to ``/health`` answering (wall, and the server's own CPU
-seconds), with its RSS then; and, in fresh processes, what each read model's checkpoint and the
-decision state cost to load (seconds) and to hold (bytes, by tracemalloc), per memory.
+seconds), with its RSS then (anonymous and file-backed: the vectors sidecar is mapped); and, in
+fresh processes, what the decision state and each read model's checkpoint cost to load
+(seconds; as the server loads them, with the cyclic collector paused when the code has that)
+and to hold (bytes, by tracemalloc, which does not see a mapped file's pages), per memory.
 
     python bench/restart.py                          # 100k memories, 3 restarts per variant
     python bench/restart.py --data /tmp/d100k        # reuse (or keep) a filled directory
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -60,6 +63,16 @@ def status_kb(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise KeyError(field)
+
+
+def rss(pid: int) -> dict[str, int]:
+    """RSS in MB, and its parts: anonymous (the process's own) and file-backed (mapped files,
+    e.g. the vectors sidecar: page cache the kernel can drop and read again)."""
+    return {
+        "rss_mb": status_kb(pid, "VmRSS") // 1024,
+        "rss_anon_mb": status_kb(pid, "RssAnon") // 1024,
+        "rss_file_mb": status_kb(pid, "RssFile") // 1024,
+    }
 
 
 def cpu_s(pid: int) -> float:
@@ -106,7 +119,7 @@ def restart(data: Path, code: Path | None) -> dict[str, Any]:
         return {
             "health_s": round(seconds, 2),
             "cpu_s": round(cpu_s(proc.pid), 2),
-            "rss_mb": status_kb(proc.pid, "VmRSS") // 1024,
+            **rss(proc.pid),
             "peak_rss_mb": status_kb(proc.pid, "VmHWM") // 1024,
         }
     finally:
@@ -154,14 +167,20 @@ def components(data: Path, trace: bool) -> dict[str, Any]:
         asyncio.run(bus.start())
         return bus
 
+    try:  # as the server loads them: with the cyclic collector paused (when the code has it)
+        from memstream.streams.folding import collector_paused
+    except ImportError:
+        collector_paused = contextlib.nullcontext
+
     if trace:
         tracemalloc.start()
-    for model in catalog.CATALOG:
-        measure(model.name, lambda m=model: read_model(m))
-    measure("decision", decision)
+    measure("decision", decision)  # the server loads it first
+    with collector_paused():
+        for model in catalog.CATALOG:
+            measure(model.name, lambda m=model: read_model(m))
     if trace:
         tracemalloc.stop()
-    out["rss_mb"] = status_kb(os.getpid(), "VmRSS") // 1024
+    out.update(rss(os.getpid()))
     return out
 
 
@@ -236,14 +255,21 @@ def main(argv: list[str] | None = None) -> int:
     n = args.memories
     for variant, vdata, code in variants:
         times, sizes = child(vdata, "--times", code), child(vdata, "--bytes", code)
-        comp: dict[str, Any] = {"rss_mb_after_loading": times.pop("rss_mb"), "rss_mb_traced": sizes.pop("rss_mb")}
+        comp: dict[str, Any] = {
+            "rss_mb_after_loading": times.pop("rss_mb"),
+            "rss_anon_mb_after_loading": times.pop("rss_anon_mb"),
+            "rss_file_mb_after_loading": times.pop("rss_file_mb"),
+            "rss_mb_traced": sizes.pop("rss_mb"),
+        }
+        for key in ("rss_anon_mb", "rss_file_mb"):
+            sizes.pop(key)
         for name, t in times.items():
             b = sizes[name]["bytes"]
             comp[name] = {**t, "bytes": b, "bytes_per_memory": round(b / n)}
         comp["total_bytes_per_memory"] = round(sum(sizes[k]["bytes"] for k in times) / n)
         report[f"components_{variant}"] = comp
         mine = [r for r in runs if r["variant"] == variant]
-        for key in ("health_s", "cpu_s", "rss_mb"):
+        for key in ("health_s", "cpu_s", "rss_mb", "rss_anon_mb", "rss_file_mb"):
             report[f"median_{key}_{variant}"] = sorted(r[key] for r in mine)[len(mine) // 2]
     report["machine"]["load_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
