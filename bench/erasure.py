@@ -4,7 +4,7 @@ embedder of the default model's size stands in for the model).
     python bench/erasure.py                 # default sizes
     python bench/erasure.py --quick         # a smoke run
     python bench/erasure.py --erase-memories 100000
-    python bench/erasure.py --skip-cost --ab   # the erase as before and as now, same run
+    python bench/erasure.py --skip-cost --ab --ab-rounds 2   # the erase as before and as now, same run
 
 1. Store throughput and recall latency with sealing on and off (MEMSTREAM_SEALING), in the
    same run, alternating the order round by round; the ratio on/off is the cost.
@@ -217,26 +217,33 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int, baseline_
 
 @contextmanager
 def erase_path(variant: str) -> Iterator[None]:
-    """``before``: the erase as it was before two changes (the A/B of them): the lexical index
-    removing an erased agent's rows one at a time (no ``AgentIndex.remove_many``), the key
-    store destroying all its keys in one transaction; ``now``: as it is."""
+    """``before``: the erase as it was before three changes (the A/B of them): the lexical
+    index removing an erased agent's rows one at a time (no ``AgentIndex.remove_many``), the
+    key store destroying all its keys in one transaction, the decision state forgetting the
+    memories one by one (no bulk ``forget_memories``); ``now``: as it is."""
     if variant == "now":
         yield
         return
     from memstream.projections.lexical.index import AgentIndex
+    from memstream.streams.decision.facts import AgentDecisionState
     from memstream.streams.keys import sqlite as sqlite_keys
 
-    def one_by_one(self: AgentIndex, refs: Iterable[str]) -> None:
+    def rows_one_by_one(self: AgentIndex, refs: Iterable[str]) -> None:
         for ref in refs:
             self.remove(ref)
 
-    kept = AgentIndex.remove_many, sqlite_keys.DESTROY_CHUNK
-    AgentIndex.remove_many = one_by_one  # type: ignore[method-assign]
+    def memories_one_by_one(self: AgentDecisionState, memory_ids: list[int]) -> None:
+        for mid in memory_ids:
+            self.forget_memory(mid)
+
+    kept = AgentIndex.remove_many, AgentDecisionState.forget_memories, sqlite_keys.DESTROY_CHUNK
+    AgentIndex.remove_many = rows_one_by_one  # type: ignore[method-assign]
+    AgentDecisionState.forget_memories = memories_one_by_one  # type: ignore[method-assign]
     sqlite_keys.DESTROY_CHUNK = 1 << 40
     try:
         yield
     finally:
-        AgentIndex.remove_many, sqlite_keys.DESTROY_CHUNK = kept  # type: ignore[method-assign]
+        AgentIndex.remove_many, AgentDecisionState.forget_memories, sqlite_keys.DESTROY_CHUNK = kept
 
 
 async def main() -> None:
@@ -251,9 +258,11 @@ async def main() -> None:
     ap.add_argument(
         "--ab",
         action="store_true",
-        help="Erase twice, each on a store of its own: first as before (the lexical index removing "
-        "rows one by one, the key store destroying every key in one transaction), then as now.",
+        help="Erase twice, each on a store of its own: first as before (the lexical index and the "
+        "decision state dropping rows one by one, the key store destroying every key in one "
+        "transaction), then as now.",
     )
+    ap.add_argument("--ab-rounds", type=int, default=1, help="With --ab: rounds, the order alternating by round.")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "erasure.json")
     a = ap.parse_args()
     if a.quick:
@@ -264,12 +273,14 @@ async def main() -> None:
         print(orjson.dumps(cost, option=orjson.OPT_INDENT_2).decode(), flush=True)
         erase: dict[str, Any]
         if a.ab:
-            erase = {}
-            for variant in ("before", "now"):
-                with erase_path(variant):
-                    erase[variant] = await erase_big_agent(root / variant, a.erase_memories, a.concurrency)
-                    erase[variant]["load_average_after"] = os.getloadavg()
-                print(variant, orjson.dumps(erase[variant], option=orjson.OPT_INDENT_2).decode(), flush=True)
+            erase = {"before": [], "now": []}
+            for r in range(a.ab_rounds):  # the order alternates by round
+                for variant in ("before", "now") if r % 2 == 0 else ("now", "before"):
+                    with erase_path(variant):
+                        one = await erase_big_agent(root / f"{variant}-{r}", a.erase_memories, a.concurrency)
+                    one["load_average_after"] = os.getloadavg()
+                    erase[variant].append(one)
+                    print(variant, r, orjson.dumps(one, option=orjson.OPT_INDENT_2).decode(), flush=True)
         else:
             erase = await erase_big_agent(root, a.erase_memories, a.concurrency)
             print(orjson.dumps(erase, option=orjson.OPT_INDENT_2).decode(), flush=True)
