@@ -20,9 +20,10 @@ import pytest
 from memstream.api.kafka.worker.replay import rebuild_partitions
 from memstream.streams import commands as c
 from memstream.streams.buses.kafka import KafkaCommandBus
+from memstream.streams.deciders.kafka import KafkaDecider
 from memstream.streams.deciders.sealing import KafkaSealing
 from memstream.streams.keys.kafka import KeyTopicBounds, keys_topic
-from memstream.streams.log.kafka import KafkaConfig, KafkaLog, matching
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics, matching
 from memstream.streams.log.port import partition_for
 from memstream.streams.log.sealing import is_sealed
 from tests.support.deployment import Deployment
@@ -30,6 +31,7 @@ from tests.support.digests import live_digests
 from tests.support.embedders import HashEmbedder
 from tests.support.faces import HttpFace, McpFace
 from tests.support.kafka_commands import env
+from tests.support.kafka_commands import store as clear_store
 
 pytestmark = [pytest.mark.kafka]
 
@@ -235,3 +237,39 @@ async def test_an_erasure_left_pending_is_completed_by_the_next_owner(deployment
         await bus.close()
         await http.close()
         await asyncio.to_thread(sealing.close)
+
+
+async def test_an_erasure_names_what_topics_written_before_sealing_hold(
+    deployment: Deployment, cfg: KafkaConfig
+) -> None:
+    """A record written clear (by a decider without a key store, as before the Kafka path
+    sealed) cannot be crypto-shredded: the erasure still drops it from every read model, and
+    says in ``unreachable`` which topic partition holds it in the clear."""
+    await ensure_topics(cfg)
+    p = partition_for("olga", cfg.partitions)
+    clear = KafkaDecider(KafkaLog(cfg))
+    clear.owned = {p}
+    try:
+        async with asyncio.timeout(60):
+            written = await clear.submit_local(p, clear_store("olga", SECRET))
+    finally:
+        await clear.kafka.close()
+    mid = written.outcome.id
+    assert mid is not None
+    deployment.worker()
+    deployment.router()
+    await deployment.ready()
+    http = HttpFace(deployment.url)
+    try:
+        async with asyncio.timeout(120):
+            assert SECRET in repr(await http.call("list_memories", {"agent_id": "olga"}))
+            erased = await http.call("erase_memory", {"agent_id": "olga", "memory_id": mid, "reason": "request"})
+            assert erased["ok"] is True, erased
+            assert erased["keys_destroyed"] == 0
+            assert erased["unreachable"] == [
+                f"partition {p} of {cfg.events_topic} holds 1 record(s) of this data written before sealing: "
+                "migrate the topics"
+            ]
+            assert SECRET not in repr(await http.call("list_memories", {"agent_id": "olga"}))
+    finally:
+        await http.close()
