@@ -14,9 +14,13 @@ in bench/results/kafka.json.
 
 from __future__ import annotations
 
+import base64
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads (as `memstream` does: api/cli/commands.py)
+# Kafka mode seals its topics and needs the deployment's master key in every process it starts:
+# a throwaway one unless the caller gives its own.
+os.environ.setdefault("MEMSTREAM_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())
 
 import argparse
 import asyncio

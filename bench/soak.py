@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -84,6 +85,8 @@ _VOCABULARY = """alpha bravo charlie delta echo foxtrot golf hotel india juliet 
 papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu amber basalt cedar dune ember fjord
 garnet harbor iris jasper kelp lagoon meadow nectar onyx pebble quartz reef summit tundra"""
 WORDS = _VOCABULARY.split()
+
+RUN_MASTER_KEY = base64.b64encode(os.urandom(32)).decode()  # a throwaway deployment's (Kafka mode)
 
 
 # -- the pure part: aggregation, percentiles, verdict (tests/unit/test_soak_stats.py) --------
@@ -280,6 +283,8 @@ class Deployment:
         env = {**os.environ, "MEMSTREAM_DATA_DIR": str(data), "OPENBLAS_NUM_THREADS": "1"}
         env["MEMSTREAM_SNAPSHOT_EVERY"] = str(self.checkpoint_every)
         env["MEMSTREAM_KAFKA_CHECKPOINT_EVERY"] = str(self.checkpoint_every)
+        if self.mode == "kafka":  # the topics are sealed: every process needs the same master key
+            env.setdefault("MEMSTREAM_MASTER_KEY", RUN_MASTER_KEY)
         if self.embedder:
             env["MEMSTREAM_EMBEDDER"] = self.embedder
         return env
