@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from memstream.projections.history import HistoryProjection
+from memstream.projections.history import HistoryProjection, refs_touched
 from memstream.projections.lexical import LexicalProjection
 from memstream.projections.records import MemoriesProjection
 from memstream.projections.row_dicts import row_dicts
@@ -114,6 +114,27 @@ def test_history_keys_by_the_versions_ref_strings_folded_and_loaded() -> None:
         keys = {k: k for k in history.offsets}
         assert keys and all(keys[ref] is ref for ref in versions.rows)
         assert history.of("mem:2") == [1, 2]
+
+
+def test_history_holds_a_lone_offset_bare_and_snapshots_it_as_a_list() -> None:
+    """A ref touched once holds its offset, not a list; the snapshot (and so the digest) is the
+    list-per-ref layout either way, and what ``of`` answers does not change."""
+    folded = fold(HistoryProjection(), EVENTS)
+    body = orjson.loads(orjson.dumps(folded.to_snapshot()))
+    assert all(isinstance(v, list) and v for v in body["offsets"].values())
+    expected: dict[str, list[int]] = {}
+    for offset, ev in enumerate(EVENTS):
+        for ref in refs_touched(ev):
+            expected.setdefault(ref, []).append(offset)
+    assert body["offsets"] == dict(sorted(expected.items()))
+    loaded = reloaded(folded, HistoryProjection())
+    for history in (folded, loaded):
+        assert {ref: history.of(ref) for ref in expected} == expected
+        assert history.of("mem:999") == []
+        assert any(isinstance(v, int) for v in history.offsets.values())
+        assert digest_of(history) == digest_of(folded)
+    loaded.apply(len(EVENTS), make_event("memory.deleted", {"id": 1}, agent="alice"))
+    assert loaded.of("mem:1") == [*expected["mem:1"], len(EVENTS)]
 
 
 def test_the_decision_state_holds_a_memory_facts_strings_once() -> None:
