@@ -145,8 +145,10 @@ class FeedResponse(EventSourceResponse):
 
         async def noted(message: Message) -> None:
             self._sending_since = loop.time()
-            await send(message)
-            self._sending_since = None
+            try:
+                await send(message)
+            finally:
+                self._sending_since = None
 
         await super().__call__(scope, receive, noted)
 
