@@ -5,11 +5,14 @@ embedder of the default model's size stands in for the model).
     python bench/erasure.py --quick         # a smoke run
     python bench/erasure.py --erase-memories 100000
     python bench/erasure.py --skip-cost --ab --ab-rounds 2   # the erase as before and as now, same run
+    python bench/erasure.py --kafka-seal 50000   # memstream seal --kafka of plaintext topics (a broker)
 
 1. Store throughput and recall latency with sealing on and off (MEMSTREAM_SEALING), in the
    same run, alternating the order round by round; the ratio on/off is the cost.
 2. erase_agent_data of one agent holding --erase-memories memories: how long it takes, and
    the latency of another agent's stores issued during it (the erasure must not block them).
+3. --kafka-seal N: N plaintext stores written to a throwaway deployment's topics by the decider
+   with sealing off, then migrated by ``seal_topics`` (memstream seal --kafka); its report.
 Results: bench/results/erasure.json (or --out).
 """
 
@@ -246,6 +249,54 @@ def erase_path(variant: str) -> Iterator[None]:
         AgentIndex.remove_many, AgentDecisionState.forget_memories, sqlite_keys.DESTROY_CHUNK = kept
 
 
+async def kafka_seal(bootstrap: str, events: int, partitions: int) -> dict[str, Any]:
+    """``memstream seal --kafka`` of a throwaway deployment whose topics hold ``events`` plaintext
+    stores (384-d vectors) of 8 agents, written by the decider with sealing off."""
+    import secrets
+    import uuid
+
+    from memstream.api.services.kafka_seal_migration import seal_topics
+    from memstream.streams.commands import StoreMemory
+    from memstream.streams.deciders.kafka import KafkaDecider
+    from memstream.streams.events import Actor, Embedding, Scope, new_id
+    from memstream.streams.log.kafka import KafkaConfig, KafkaLog, delete_topics_with_prefix, ensure_topics
+    from memstream.streams.log.port import partition_for
+
+    cfg = KafkaConfig(bootstrap=bootstrap, prefix=f"bench-kseal-{uuid.uuid4().hex[:8]}", partitions=partitions)
+    embedder = RandomEmbedder()
+    agents = [f"agent-{i}" for i in range(8)]
+
+    def store(i: int) -> tuple[int, StoreMemory]:
+        agent = agents[i % len(agents)]
+        content = text(i, agent)
+        cmd = StoreMemory(
+            content=content,
+            embedding=Embedding.from_vector(embedder.model_id, embedder.embed([content])[0]),
+            command_id=new_id(),
+            scope=Scope(agent_id=agent),
+            actor=Actor(client_id="bench"),
+            received_at=datetime.now(UTC),
+        )
+        return partition_for(agent, partitions), cmd
+
+    decider = KafkaDecider(KafkaLog(cfg))  # no sealing: the topics of a deployment before it sealed
+    decider.owned = set(range(partitions))
+    try:
+        await ensure_topics(cfg)
+        t0 = time.perf_counter()
+        for start in range(0, events, 500):
+            await asyncio.gather(*(decider.submit_local(*store(i)) for i in range(start, min(start + 500, events))))
+        if decider._completing is not None:
+            await decider._completing
+        write_s = time.perf_counter() - t0
+        await decider.kafka.close()
+        report = await seal_topics(cfg, f"{cfg.prefix}-sealed", secrets.token_bytes(32))
+        return {"events": events, "partitions": partitions, "write_seconds": round(write_s, 2), "migration": report}
+    finally:
+        await decider.kafka.close()
+        await delete_topics_with_prefix(bootstrap, cfg.prefix)
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
@@ -264,7 +315,23 @@ async def main() -> None:
     )
     ap.add_argument("--ab-rounds", type=int, default=1, help="With --ab: rounds, the order alternating by round.")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "erasure.json")
+    ap.add_argument("--kafka-seal", type=int, default=0, metavar="N", help="Only the Kafka migration, of N stores.")
+    ap.add_argument("--kafka", default="127.0.0.1:9092", help="With --kafka-seal: the broker.")
+    ap.add_argument("--partitions", type=int, default=4, help="With --kafka-seal: the topics' partitions.")
     a = ap.parse_args()
+    if a.kafka_seal:
+        started = os.getloadavg()
+        result = await kafka_seal(a.kafka, a.kafka_seal, a.partitions)
+        print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode(), flush=True)
+        out = {
+            "when": datetime.now(UTC).isoformat(timespec="seconds"),
+            "load_average": {"start": started, "end": os.getloadavg()},
+            "command": " ".join(["python", "bench/erasure.py", *sys.argv[1:]]),
+            "kafka_seal": result,
+        }
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+        return
     if a.quick:
         a.rounds, a.stores, a.queries, a.erase_memories = 2, 500, 50, 2000
     with tempfile.TemporaryDirectory(prefix="memstream-erasure-bench-") as tmp:

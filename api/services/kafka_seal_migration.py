@@ -284,17 +284,22 @@ async def _copy_partition(
     found = _Partition()
     fold = _Fold(old.partitions)
     pending: list[tuple[str, int, Any]] = []
+    in_flight: list[tuple[str, int, Any]] = []  # the chunk before: acknowledged while this one is made
 
-    async def flush() -> None:
-        landed = await asyncio.gather(*(fut for _, _, fut in pending))
-        for (topic, offset, _), meta in zip(pending, landed, strict=True):
+    async def landed(chunk: list[tuple[str, int, Any]]) -> None:
+        metas = await asyncio.gather(*(fut for _, _, fut in chunk))
+        for (topic, offset, _), meta in zip(chunk, metas, strict=True):
             if meta.offset != offset:
                 raise KafkaSealError(
                     f"{topic}[{partition}]: a record of offset {offset} landed at {meta.offset}; "
                     "the new topic was written to by something else: run memstream seal --kafka again"
                 )
-        tick(len(pending))
-        pending.clear()
+        tick(len(chunk))
+
+    async def flush() -> None:
+        nonlocal pending, in_flight
+        await landed(in_flight)
+        in_flight, pending = pending, []
 
     async for kind, rec in _merged(consumer, old, partition, ends):
         value, headers = _sealed_copy(sealer, kind, rec, found)
@@ -312,6 +317,7 @@ async def _copy_partition(
             await flush()
             sealer.take_bindings()  # the embedded log's key_scopes rows: the topics need none
     await flush()
+    await landed(in_flight)
     sealer.take_bindings()
     found.digests = fold.digests()
     return found
