@@ -45,8 +45,10 @@ class VersionsProjection:
     name: str = "versions"
     offset: int = -1
     rows: dict[str, VersionRow] = field(default_factory=dict)
-    # (agent, msg_id) -> the live memory refs stored under it.
-    by_msg: dict[tuple[str, str], dict[str, None]] = field(default_factory=dict)
+    # (agent, msg_id) -> the live memory refs stored under it: the ref itself while there is
+    # one (most messages), a dict of them from the second on. A one-entry dict per message was
+    # about a third of the ~520 bytes per memory this held at 100k.
+    by_msg: dict[tuple[str, str], str | dict[str, None]] = field(default_factory=dict)
 
     def apply(self, offset: int, ev: dict[str, Any]) -> None:
         t = ev["type"]
@@ -59,7 +61,7 @@ class VersionsProjection:
             at = intern(ev["occurred_at"])
             self.rows[ref] = VersionRow(ref, intern(s["agent_id"]), intern(s["project_id"]), msg_id, 1, at, offset)
             if msg_id is not None:
-                self.by_msg.setdefault((s["agent_id"], msg_id), {})[ref] = None
+                self._index(intern(s["agent_id"]), msg_id, ref)
         elif t == "memory.updated":
             row = self.rows.get(f"mem:{p['id']}")
             if row is not None:
@@ -81,16 +83,38 @@ class VersionsProjection:
             for eid in p["episode_ids"]:
                 self._drop(f"ep:{eid}")
 
+    def _index(self, agent_id: str, msg_id: str, ref: str) -> None:
+        key = (agent_id, msg_id)
+        group = self.by_msg.get(key)
+        if group is None:
+            self.by_msg[key] = ref
+        elif isinstance(group, str):
+            if group != ref:
+                self.by_msg[key] = {group: None, ref: None}
+        else:
+            group[ref] = None
+
+    def _refs_of(self, agent_id: str, msg_id: str) -> tuple[str, ...] | dict[str, None]:
+        group = self.by_msg.get((agent_id, msg_id))
+        if group is None:
+            return ()
+        return (group,) if isinstance(group, str) else group
+
     def _drop(self, ref: str) -> None:
         row = self.rows.pop(ref, None)
         if row is None or row.msg_id is None:
             return
         key = (row.agent_id, row.msg_id)
         group = self.by_msg.get(key)
-        if group is not None:
-            group.pop(ref, None)
-            if not group:
+        if group is None:
+            return
+        if isinstance(group, str):
+            if group == ref:
                 del self.by_msg[key]
+            return
+        group.pop(ref, None)
+        if not group:
+            del self.by_msg[key]
 
     def of(self, ref: str) -> VersionRow | None:
         return self.rows.get(ref)
@@ -105,7 +129,7 @@ class VersionsProjection:
                 continue
             newer = [
                 other
-                for other in (self.rows[r] for r in self.by_msg.get((agent_id, row.msg_id), {}))
+                for other in (self.rows[r] for r in self._refs_of(agent_id, row.msg_id))
                 if other.written_offset > row.written_offset and buckets_meet(other.project_id, row.project_id)
             ]
             if newer:
@@ -145,4 +169,4 @@ class VersionsProjection:
             )
             self.rows[row.ref] = row
             if row.msg_id is not None:
-                self.by_msg.setdefault((row.agent_id, row.msg_id), {})[row.ref] = None
+                self._index(row.agent_id, row.msg_id, row.ref)
