@@ -146,3 +146,23 @@ def test_the_decision_state_holds_a_memory_facts_strings_once() -> None:
     for state in (folded, loaded):
         a, b = state.agent("alice").memories[1], state.agent("alice").memories[3]
         assert a.source_id == "alice" and a.source_id is b.source_id
+
+
+def test_rows_without_source_or_metadata_share_one_empty_dict_that_refuses_writes() -> None:
+    bare = make_event("memory.stored", {"id": 7, "content": "no source", "metadata": {}}, agent="alice")
+    rich = make_event("memory.stored", {"id": 8, "content": "some", "metadata": {"k": "v"}}, agent="alice")
+    events = [*EVENTS, bare, rich, updated(8, "edited", agent="alice")]
+    folded = fold(MemoriesProjection(), events)
+    loaded = reloaded(folded, MemoriesProjection())
+    for p in (folded, loaded):
+        empty, full = p.rows[7], p.rows[8]
+        assert empty.source == {} and empty.metadata == {} and empty.source is empty.metadata
+        assert full.metadata == {"k": "v"} and full.source == {}
+        assert orjson.dumps(p.to_snapshot()) == orjson.dumps(folded.to_snapshot())
+        with pytest.raises(TypeError):
+            empty.metadata["k"] = "v"  # would reach every row without metadata
+        assert p.rows[1].metadata == {}
+    assert digest_of(loaded) == digest_of(folded)
+    body = orjson.loads(orjson.dumps(folded.to_snapshot()))
+    row = dict(zip(body["fields"], next(r for r in body["rows"] if r[0] == 7), strict=True))
+    assert row["source"] == {} and row["metadata"] == {}  # the snapshot's bytes as before
