@@ -38,6 +38,7 @@ CHECK_PLAIN = b"memstream master key check"
 CHECKPOINT_TRIES = 50
 POOL = 256
 DESTROY_CHUNK = 2_000  # keys destroyed per transaction (``destroy_ids``)
+DESTROY_PAUSE_S = 0.002  # between two of them
 
 
 def _wrap(master: AESGCM, key_id: bytes, dek: bytes) -> bytes:
@@ -145,6 +146,8 @@ class SqliteKeyStore:
         (``complete_pending``). The WAL is emptied once, after the last."""
         gone = 0
         for start in range(0, len(key_ids), DESTROY_CHUNK):
+            if start:
+                time.sleep(DESTROY_PAUSE_S)  # a lock is not fair: let a waiting take() have it first
             with self._lock:
                 gone += self._destroy(key_ids[start : start + DESTROY_CHUNK])
         with self._lock:
