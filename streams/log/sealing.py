@@ -88,7 +88,9 @@ class Sealer:
     def __init__(self, keys: KeyStore, *, seal_new: bool = True) -> None:
         self.keys = keys
         self.seal_new = seal_new
-        self._current: dict[tuple[str, str], tuple[bytes, AESGCM]] = {}
+        # agent -> scope -> (key id, AEAD): by agent, so an erasure drops an agent's keys without
+        # a pass over every agent's (100k keys took 0.9 s of the writer thread that way)
+        self._current: dict[str, dict[str, tuple[bytes, AESGCM]]] = {}
         self._open: dict[bytes, AESGCM | None] = {}
         self._bindings: list[tuple[bytes, str, str, int]] = []
         self._generation = keys.generation()
@@ -97,10 +99,13 @@ class Sealer:
     # -- writing ----------------------------------------------------------------------------
 
     def _key_for(self, agent: str, scope: str, offset: int) -> tuple[bytes, AESGCM]:
-        hit = self._current.get((agent, scope))
+        current = self._current.get(agent)
+        if current is None:
+            current = self._current[agent] = {}
+        hit = current.get(scope)
         if hit is None:
             key_id, dek = self.keys.take()
-            hit = self._current[(agent, scope)] = (key_id, AESGCM(dek))
+            hit = current[scope] = (key_id, AESGCM(dek))
             self._open[key_id] = hit[1]
             self._bindings.append((key_id, agent, scope, offset))
         return hit
@@ -158,8 +163,14 @@ class Sealer:
     def forget(self, agent: str, scopes: list[str] | None = None) -> None:
         """Drop the agent's cached sealing keys (of ``scopes``, or all): the next write makes new ones."""
         with self._lock:
-            for k in [k for k in self._current if k[0] == agent and (scopes is None or k[1] in scopes)]:
-                key_id, _ = self._current.pop(k)
+            current = self._current.get(agent)
+            if not current:
+                return
+            if scopes is None:
+                dropped = list(self._current.pop(agent).values())
+            else:
+                dropped = [current.pop(scope) for scope in scopes if scope in current]
+            for key_id, _ in dropped:
                 self._open.pop(key_id, None)
 
     def reset(self) -> None:
