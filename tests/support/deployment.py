@@ -4,7 +4,6 @@ processes on loopback against the test broker, and a face that keeps tests apart
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import uuid
@@ -18,6 +17,7 @@ import httpx
 from memstream.streams.log.kafka import KafkaConfig
 from tests.support.broker import deployment_config, drop_topics, require_broker, stop_processes
 from tests.support.faces import HttpFace, McpFace
+from tests.support.master_key import with_master_key
 from tests.support.servers import free_port
 
 PROCS = Path(__file__).resolve().parents[1] / "procs"
@@ -64,7 +64,7 @@ class Deployment:
 
     def worker(self) -> subprocess.Popen[bytes]:
         args = [sys.executable, str(PROCS / "kafka_worker.py"), *self.kafka_args, "--session-timeout", "6"]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(args, env=with_master_key(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(proc)
         self.workers.append(proc)
         return proc
@@ -73,8 +73,8 @@ class Deployment:
         """Start the router; ``env``: variables of its own (e.g. ``MEMSTREAM_EXPORT_DIR``)."""
         args = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", *self.kafka_args]
         args += ["--port", str(self.port)]
-        environ = {**os.environ, **env} if env else None
-        self.procs.append(subprocess.Popen(args, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        proc = subprocess.Popen(args, env=with_master_key(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(proc)
 
     @property
     def url(self) -> str:
@@ -108,6 +108,7 @@ def shared_deployment() -> Iterator[str]:
     procs = [
         subprocess.Popen(
             [sys.executable, str(PROCS / "kafka_worker.py"), *kafka_args],
+            env=with_master_key(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -117,6 +118,7 @@ def shared_deployment() -> Iterator[str]:
         subprocess.Popen(
             [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", *kafka_args,
              "--port", str(port)],
+            env=with_master_key(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -17,6 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.acl import ACL, TOKENS, write_acl
 from tests.support.broker import deployment_config, drop_topics, require_broker
+from tests.support.master_key import with_master_key
 from tests.support.serve import serve_process
 
 DEADLINE_S = 120
@@ -95,7 +96,7 @@ def test_kafka_router_prints_where_it_listens(tmp_path: Path) -> None:
     cfg = deployment_config(2)
     args = ["--kafka", cfg.bootstrap, "--prefix", cfg.prefix, "--partitions", "2", "--port", "0"]
     try:
-        with serve_process(args, {"MEMSTREAM_EMBEDDER": "none"}) as served:
+        with serve_process(args, with_master_key({"MEMSTREAM_EMBEDDER": "none"})) as served:
             url = served.headline.removeprefix("memstream is listening on ")
             f: dict[str, Any] = served.fields
             assert f["mode"].startswith("Kafka router")
