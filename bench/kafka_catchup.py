@@ -1,0 +1,367 @@
+"""Kafka mode (issue 19): how fast a worker that gains partitions catches up, with and without a
+checkpoint to start from, and how replay scales over processes, beside the limits measured in
+the same run: a bare consumer's read rate of the same partitions (sealed values opened, no
+fold), the in-process fold rate of the same records, and `rebuild --kafka --jobs 1/2`.
+
+    bash infra/kafka-local.sh start
+    python bench/kafka_catchup.py --quick        # a smoke run: 8,000 events
+    python bench/kafka_catchup.py                # 160,000 events, 4 partitions, 64-d vectors
+
+One run: fill the topic with decided, sealed stores (the decider's step and sealing, appended
+through the log adapter: deciding them through a worker would take minutes); start worker A
+alone (it folds every partition from 0, checkpointing into its data directory); start worker B
+without checkpoints (folds what it gains from 0); stop it (A takes everything back); start B
+again on A's data directory (it restores A's checkpoints and folds only the tail). Workers are
+real `memstream worker` processes; catch-up is read from their GET /health (polled every
+``POLL_S``), from the first poll that shows the partitions assigned to the first that shows
+them at the end. Results: bench/results/kafka_catchup.json (or --out).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads (as `memstream` does)
+
+import argparse
+import asyncio
+import base64
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from store_throughput import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOTSTRAP = os.environ.get("MEMSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+CLI = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING"]
+AGENTS = [f"agent-{i:02d}" for i in range(64)]
+POLL_S = 0.1
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def health(port: int) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            body: dict[str, Any] = json.loads(r.read())
+            return body
+    except (OSError, ValueError):
+        return None
+
+
+class Worker:
+    """One `memstream worker` process and its health port."""
+
+    def __init__(self, name: str, kafka_args: list[str], data_dir: Path, checkpoint_every: int) -> None:
+        self.name = name
+        self.port = free_port()
+        env = {**os.environ, "MEMSTREAM_EMBEDDER": "none", "MEMSTREAM_DATA_DIR": str(data_dir)}
+        env["MEMSTREAM_KAFKA_CHECKPOINT_EVERY"] = str(checkpoint_every)
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [*CLI, "worker", *kafka_args, "--port", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def watch(self, ends: dict[int, int], want: int, timeout_s: float = 600) -> dict[str, Any]:
+        """Poll /health until the worker holds ``want`` partitions, each folded to its end."""
+        deadline = time.monotonic() + timeout_s
+        assigned_at: float | None = None
+        held: list[int] = []
+        body: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited ({self.proc.returncode})")
+            body = health(self.port) or {}
+            parts = {int(p): int(o) for p, o in body.get("partitions", {}).items()}
+            now = time.perf_counter()
+            if len(parts) == want:
+                if assigned_at is None or sorted(parts) != held:
+                    assigned_at, held = now, sorted(parts)
+                if all(o == ends[p] - 1 for p, o in parts.items()):
+                    restored = {int(p): c["restored_from"] for p, c in body.get("checkpoints", {}).items()}
+                    folded = sum(ends[p] - (restored.get(p) if restored.get(p) is not None else -1) - 1 for p in held)
+                    seconds = now - assigned_at
+                    return {
+                        "partitions": held,
+                        "events_in_partitions": sum(ends[p] for p in held),
+                        "restored_from": {str(p): restored.get(p) for p in held},
+                        "events_folded": folded,
+                        "seconds_assigned_to_caught_up": round(seconds, 3),
+                        "seconds_process_start_to_assigned": round(assigned_at - self.started, 3),
+                        "seconds_process_start_to_caught_up": round(now - self.started, 3),
+                        "events_folded_per_s": round(folded / seconds) if seconds > 0 else None,
+                        "partition_events_per_s": round(sum(ends[p] for p in held) / seconds) if seconds > 0 else None,
+                        "fold": body.get("fold"),
+                        "checkpoints": body.get("checkpoints"),
+                        "loadavg": load(),
+                    }
+            else:
+                assigned_at = None
+            time.sleep(POLL_S)
+        raise TimeoutError(f"worker {self.name} not caught up: {body}")
+
+
+async def fill(cfg: Any, events: int, dim: int) -> dict[int, int]:
+    """``events`` decided, sealed stores of 64 agents, appended to the events topic."""
+    import numpy as np
+
+    from memstream.streams import commands as c
+    from memstream.streams.deciders.sealing import KafkaSealing
+    from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
+    from memstream.streams.decision.limits import Limits
+    from memstream.streams.decision.state import DecisionState
+    from memstream.streams.events import Actor, Embedding, Scope, utcnow
+    from memstream.streams.log.kafka import KafkaLog, ensure_topics, events_end_offsets
+
+    await ensure_topics(cfg)
+    sealing = await asyncio.to_thread(KafkaSealing.from_env, cfg)
+    kafka = KafkaLog(cfg)
+    await kafka.start()
+    try:
+        state = DecisionState(cfg.partitions)
+        rng = np.random.default_rng(7)
+        written = 0
+        while written < events:
+            out: list[NewEvent] = []
+            audits: list[NewAudit] = []
+            for i in range(written, min(events, written + 2000)):
+                vec = None
+                if dim:
+                    vec = Embedding.from_vector(f"bench-{dim}", rng.standard_normal(dim).astype(np.float32))
+                cmd = c.StoreMemory(
+                    command_id=f"c{i}",
+                    scope=Scope(agent_id=AGENTS[i % len(AGENTS)]),
+                    actor=Actor(client_id="bench"),
+                    received_at=utcnow(),
+                    content=f"note {i}: the deploy key for service {i % 97} rotates weekly",
+                    embedding=vec,
+                )
+                decide_and_fold(state, cmd, Limits(), out, audits)
+            sealed = sealing.seal_events(out)
+            rows = [(e.agent, e.type, v, vec) for e, (v, vec) in zip(out, sealed, strict=True)]
+            await kafka.append(rows)
+            written += len(out)
+    finally:
+        await kafka.close()
+        await asyncio.to_thread(sealing.close)
+    return await events_end_offsets(cfg)
+
+
+async def raw_read(cfg: Any, parts: list[int], ends: dict[int, int], keep: bool) -> tuple[dict[str, Any], list[Any]]:
+    """A bare consumer (the replay's settings) reading ``parts`` to their ends, opening each
+    sealed value: the read side's ceiling without a fold. ``keep``: return the opened records."""
+    from aiokafka import TopicPartition
+
+    from memstream.api.kafka.worker.partition_log import fold_consumer
+    from memstream.streams.deciders.sealing import KafkaSealing
+    from memstream.streams.log.kafka import opened
+
+    sealing = await asyncio.to_thread(KafkaSealing.from_env, cfg)
+    consumer = fold_consumer(cfg)
+    await consumer.start()
+    kept: list[Any] = []
+    try:
+        tps = [TopicPartition(cfg.events_topic, p) for p in parts]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        left = {p: ends[p] for p in parts}
+        n = 0
+        started = time.perf_counter()
+        while any(v > 0 for v in left.values()):
+            batch = await consumer.getmany(timeout_ms=200, max_records=5000)
+            for tp, records in batch.items():
+                for rec in records:
+                    rec = opened(rec, sealing)
+                    if keep:
+                        kept.append(rec)
+                n += len(records)
+                left[tp.partition] -= len(records)
+        seconds = time.perf_counter() - started
+    finally:
+        await consumer.stop()
+        await asyncio.to_thread(sealing.close)
+    return {"events": n, "seconds": round(seconds, 3), "events_per_s": round(n / seconds)}, kept
+
+
+def fold_in_process(records: list[Any], options: Any) -> dict[str, Any]:
+    """The records (opened, in memory) folded into fresh read models: the fold alone."""
+    from memstream.api.kafka.worker.models import PartitionModels
+
+    models: dict[int, PartitionModels] = {}
+    started = time.perf_counter()
+    for rec in records:
+        m = models.get(rec.partition)
+        if m is None:
+            m = models[rec.partition] = PartitionModels(rec.partition, 0, None, options)
+        m.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
+    seconds = time.perf_counter() - started
+    return {"events": len(records), "seconds": round(seconds, 3), "events_per_s": round(len(records) / seconds)}
+
+
+async def rebuild(cfg: Any, parts: list[int], jobs: int) -> dict[str, Any]:
+    from memstream.api.kafka.worker.replay import rebuild_partitions
+
+    r = await rebuild_partitions(cfg, parts, jobs=jobs)
+    out = {k: r.get(k) for k in ("events", "seconds", "events_per_second", "setup_seconds", "wall_seconds")}
+    out["partitions"] = parts
+    out["jobs"] = jobs
+    out["loadavg"] = load()
+    out["digests"] = {str(p): v["digests"] for p, v in r["partitions"].items()}
+    return out
+
+
+def sidecars(data_dir: Path) -> dict[str, list[str]]:
+    """Files in each partition's checkpoint directory (to check stale sidecars are dropped)."""
+    root = data_dir / "kafka-checkpoints"
+    if not root.exists():
+        return {}
+    return {str(d.relative_to(root)): sorted(f.name for f in d.iterdir()) for d in sorted(root.glob("*/p*"))}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    from memstream.api.services.settings import load_settings
+    from memstream.streams.log.kafka import KafkaConfig, delete_topics_with_prefix
+
+    prefix = f"memstream-bench-catchup-{uuid.uuid4().hex[:8]}"
+    cfg = KafkaConfig(bootstrap=BOOTSTRAP, prefix=prefix, partitions=args.partitions)
+    kafka_args = ["--kafka", BOOTSTRAP, "--prefix", prefix, "--partitions", str(args.partitions)]
+    data_a = Path(tempfile.mkdtemp(prefix="memstream-catchup-a-"))
+    data_b = Path(tempfile.mkdtemp(prefix="memstream-catchup-b-"))
+    per_partition = args.events // args.partitions
+    every = args.checkpoint_every or max(1000, per_partition // 4)
+    report: dict[str, Any] = {
+        "command": "python bench/kafka_catchup.py " + " ".join(sys.argv[1:]),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": {
+            "events": args.events,
+            "partitions": args.partitions,
+            "vector_dim": args.dim,
+            "sealed": True,
+            "embedding": "excluded in the workers (MEMSTREAM_EMBEDDER=none); stores carry random vectors",
+            "worker_checkpoint_every": every,
+            "health_poll_s": POLL_S,
+            "cpus": os.cpu_count(),
+        },
+        "loadavg_start": load(),
+    }
+    workers: list[Worker] = []
+    try:
+        t = time.perf_counter()
+        ends = await fill(cfg, args.events, args.dim)
+        report["fill"] = {"seconds": round(time.perf_counter() - t, 2), "ends": {str(p): e for p, e in ends.items()}}
+        everything = sorted(ends)
+
+        a = Worker("A", kafka_args, data_a, every)
+        workers.append(a)
+        report["a_alone"] = a.watch(ends, len(everything))
+
+        b = Worker("B-no-checkpoint", kafka_args, data_b, 0)
+        workers.append(b)
+        report["b_without_checkpoint"] = b.watch(ends, args.partitions // 2)
+        report["a_after_b_joined"] = a.watch(ends, args.partitions - args.partitions // 2)
+        b.stop()
+        report["a_regains"] = a.watch(ends, len(everything))
+
+        b2 = Worker("B-from-checkpoint", kafka_args, data_a, every)
+        workers.append(b2)
+        report["b_from_checkpoint"] = b2.watch(ends, args.partitions // 2)
+        gained = report["b_from_checkpoint"]["partitions"]
+        for w in workers:
+            w.stop()
+        report["checkpoint_files_at_rest"] = sidecars(data_a)  # A's and B's, once both stopped
+
+        # The limits, on B's partitions, in the same run (the workers are stopped).
+        options = load_settings().read_model_options
+        report["worker_read_model_options"] = {"vector_graphs": options.vector_graphs}
+        raw, records = await raw_read(cfg, gained, ends, keep=True)
+        report["raw_read_gained"] = raw | {"partitions": gained, "loadavg": load()}
+        report["fold_in_process_gained"] = fold_in_process(records, options) | {"loadavg": load()}
+        del records
+        report["rebuild_jobs1_gained"] = await rebuild(cfg, gained, 1)
+        report["raw_read_all"] = (await raw_read(cfg, everything, ends, keep=False))[0] | {"loadavg": load()}
+
+        # Replay split over processes: --jobs 1 and 2 alternated, same topic.
+        rounds = []
+        for r in range(args.rounds):
+            order = (1, 2) if r % 2 == 0 else (2, 1)
+            row = {f"jobs_{j}": await rebuild(cfg, everything, j) for j in order}
+            rounds.append(row)
+        digests = [x.pop("digests") for row in rounds for x in row.values()]
+        report["rebuild_rounds"] = rounds
+        report["rebuild_digests_equal"] = all(d == digests[0] for d in digests)
+        report["rebuild_jobs1_gained"].pop("digests")
+
+        a_rate = report["a_alone"]["events_folded_per_s"]
+        b0 = report["b_without_checkpoint"]
+        b1 = report["b_from_checkpoint"]
+        rate = lambda k: report[k]["events_per_s"]  # noqa: E731
+        jobs1 = [row["jobs_1"]["events_per_second"] for row in rounds]
+        jobs2 = [row["jobs_2"]["events_per_second"] for row in rounds]
+        report["ratios"] = {
+            "a_fold_over_raw_read_all": round(a_rate / rate("raw_read_all"), 2),
+            "b_no_ckpt_over_raw_read_gained": round(b0["events_folded_per_s"] / rate("raw_read_gained"), 2),
+            "b_no_ckpt_over_fold_in_process": round(b0["events_folded_per_s"] / rate("fold_in_process_gained"), 2),
+            "b_no_ckpt_over_rebuild_jobs1_gained": round(
+                b0["events_folded_per_s"] / report["rebuild_jobs1_gained"]["events_per_second"], 2
+            ),
+            "b_catch_up_seconds_ckpt_over_no_ckpt": round(
+                b1["seconds_assigned_to_caught_up"] / b0["seconds_assigned_to_caught_up"], 2
+            ),
+            "rebuild_jobs2_over_jobs1": [round(y / x, 2) for x, y in zip(jobs1, jobs2, strict=True)],
+        }
+    finally:
+        for w in workers:
+            w.stop()
+        await delete_topics_with_prefix(BOOTSTRAP, prefix)
+        shutil.rmtree(data_a, ignore_errors=True)
+        shutil.rmtree(data_b, ignore_errors=True)
+    report["loadavg_end"] = load()
+    return report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=160_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--dim", type=int, default=64, help="vector dimensions of each store (0: no vectors)")
+    ap.add_argument("--checkpoint-every", type=int, default=0, help="worker checkpoints (0: a quarter partition)")
+    ap.add_argument("--rounds", type=int, default=2, help="rebuild --jobs 1/2 rounds, alternating the order")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 8,000 events, one rebuild round")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kafka_catchup.json")
+    args = ap.parse_args()
+    if args.quick:
+        args.events, args.rounds = 8000, 1
+    # Kafka mode seals its events: every process needs the same master key (one per run here).
+    if not (os.environ.get("MEMSTREAM_MASTER_KEY") or os.environ.get("MEMSTREAM_MASTER_KEY_FILE")):
+        os.environ["MEMSTREAM_MASTER_KEY"] = base64.b64encode(os.urandom(32)).decode()
+    report = asyncio.run(main_async(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps({k: v for k, v in report.items() if k != "rebuild_rounds"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
