@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import AsyncIterator, Iterator
 
@@ -11,17 +10,14 @@ import pytest
 from memstream.streams.log.kafka import KafkaConfig
 from tests.support.broker import deployment_config, drop_topics, require_broker
 from tests.support.deployment import Deployment
-
-# The deployments' master key (docs/security.md, "Master key"): required in Kafka mode, and the
-# same in every process, so it is set in this process's environment, which the workers and
-# routers the tests start inherit. Fixed, so a test's dumps can be opened with it.
-TEST_MASTER_KEY = base64.b64encode(bytes(range(32))).decode()
+from tests.support.master_key import TEST_MASTER_KEY, VARIABLES
 
 
 @pytest.fixture(scope="package", autouse=True)
 def master_key() -> Iterator[str]:
-    """Set for the Kafka tests only, and restored after them (embedded tests keep their own)."""
-    saved = {k: os.environ.get(k) for k in ("MEMSTREAM_MASTER_KEY", "MEMSTREAM_MASTER_KEY_FILE")}
+    """Set in this process's environment for the Kafka tests only (what they run in process
+    reads it too), and restored after them (embedded tests keep their own)."""
+    saved = {k: os.environ.get(k) for k in VARIABLES}
     os.environ.pop("MEMSTREAM_MASTER_KEY_FILE", None)
     os.environ["MEMSTREAM_MASTER_KEY"] = TEST_MASTER_KEY
     try:
