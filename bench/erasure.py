@@ -220,16 +220,18 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int, baseline_
 
 @contextmanager
 def erase_path(variant: str) -> Iterator[None]:
-    """``before``: the erase as it was before three changes (the A/B of them): the lexical
+    """``before``: the erase as it was before four changes (the A/B of them): the lexical
     index removing an erased agent's rows one at a time (no ``AgentIndex.remove_many``), the
     key store destroying all its keys in one transaction, the decision state forgetting the
-    memories one by one (no bulk ``forget_memories``); ``now``: as it is."""
+    memories one by one (no bulk ``forget_memories``), the sealer dropping an agent's cached
+    keys by a pass over every agent's (as its flat cache did); ``now``: as it is."""
     if variant == "now":
         yield
         return
     from memstream.projections.lexical.index import AgentIndex
     from memstream.streams.decision.facts import AgentDecisionState
     from memstream.streams.keys import sqlite as sqlite_keys
+    from memstream.streams.log.sealing import Sealer
 
     def rows_one_by_one(self: AgentIndex, refs: Iterable[str]) -> None:
         for ref in refs:
@@ -239,14 +241,24 @@ def erase_path(variant: str) -> Iterator[None]:
         for mid in memory_ids:
             self.forget_memory(mid)
 
-    kept = AgentIndex.remove_many, AgentDecisionState.forget_memories, sqlite_keys.DESTROY_CHUNK
+    def forget_by_scan(self: Sealer, agent: str, scopes: list[str] | None = None) -> None:
+        with self._lock:
+            flat = [(a, s) for a, current in self._current.items() for s in current]
+            for a, s in [(a, s) for a, s in flat if a == agent and (scopes is None or s in scopes)]:
+                key_id, _ = self._current[a].pop(s)
+                self._open.pop(key_id, None)
+
+    kept = (AgentIndex.remove_many, AgentDecisionState.forget_memories, Sealer.forget)
+    chunk, pause = sqlite_keys.DESTROY_CHUNK, sqlite_keys.DESTROY_PAUSE_S
     AgentIndex.remove_many = rows_one_by_one  # type: ignore[method-assign]
     AgentDecisionState.forget_memories = memories_one_by_one  # type: ignore[method-assign]
-    sqlite_keys.DESTROY_CHUNK = 1 << 40
+    Sealer.forget = forget_by_scan  # type: ignore[method-assign]
+    sqlite_keys.DESTROY_CHUNK, sqlite_keys.DESTROY_PAUSE_S = 1 << 40, 0.0
     try:
         yield
     finally:
-        AgentIndex.remove_many, AgentDecisionState.forget_memories, sqlite_keys.DESTROY_CHUNK = kept
+        AgentIndex.remove_many, AgentDecisionState.forget_memories, Sealer.forget = kept  # type: ignore[method-assign]
+        sqlite_keys.DESTROY_CHUNK, sqlite_keys.DESTROY_PAUSE_S = chunk, pause
 
 
 async def kafka_seal(bootstrap: str, events: int, partitions: int) -> dict[str, Any]:
@@ -311,7 +323,7 @@ async def main() -> None:
         action="store_true",
         help="Erase twice, each on a store of its own: first as before (the lexical index and the "
         "decision state dropping rows one by one, the key store destroying every key in one "
-        "transaction), then as now.",
+        "transaction, the sealer's cache scanned whole), then as now.",
     )
     ap.add_argument("--ab-rounds", type=int, default=1, help="With --ab: rounds, the order alternating by round.")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "erasure.json")
