@@ -38,12 +38,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from kafka_throughput import decided_stores
 from store_throughput import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOTSTRAP = os.environ.get("MEMSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 CLI = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING"]
-AGENTS = [f"agent-{i:02d}" for i in range(64)]
 POLL_S = 0.1
 
 
@@ -128,12 +128,8 @@ async def fill(cfg: Any, events: int, dim: int) -> dict[int, int]:
     """``events`` decided, sealed stores of 64 agents, appended to the events topic."""
     import numpy as np
 
-    from memstream.streams import commands as c
     from memstream.streams.deciders.sealing import KafkaSealing
-    from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
-    from memstream.streams.decision.limits import Limits
     from memstream.streams.decision.state import DecisionState
-    from memstream.streams.events import Actor, Embedding, Scope, utcnow
     from memstream.streams.log.kafka import KafkaLog, ensure_topics, events_end_offsets
 
     await ensure_topics(cfg)
@@ -145,21 +141,7 @@ async def fill(cfg: Any, events: int, dim: int) -> dict[int, int]:
         rng = np.random.default_rng(7)
         written = 0
         while written < events:
-            out: list[NewEvent] = []
-            audits: list[NewAudit] = []
-            for i in range(written, min(events, written + 2000)):
-                vec = None
-                if dim:
-                    vec = Embedding.from_vector(f"bench-{dim}", rng.standard_normal(dim).astype(np.float32))
-                cmd = c.StoreMemory(
-                    command_id=f"c{i}",
-                    scope=Scope(agent_id=AGENTS[i % len(AGENTS)]),
-                    actor=Actor(client_id="bench"),
-                    received_at=utcnow(),
-                    content=f"note {i}: the deploy key for service {i % 97} rotates weekly",
-                    embedding=vec,
-                )
-                decide_and_fold(state, cmd, Limits(), out, audits)
+            out = decided_stores(state, written, min(events, written + 2000), rng, dim)
             sealed = sealing.seal_events(out)
             rows = [(e.agent, e.type, v, vec) for e, (v, vec) in zip(out, sealed, strict=True)]
             await kafka.append(rows)

@@ -190,17 +190,39 @@ async def drop_topics(prefix: str) -> None:
     await delete_topics_with_prefix(BOOTSTRAP, prefix)
 
 
+def decided_stores(state: Any, first: int, stop: int, rng: Any, dim: int) -> list[Any]:
+    """The events of stores ``first`` to ``stop`` (exclusive) as the decider makes them, spread over
+    the 64 agents, each with a random ``dim``-d vector (0: none)."""
+    import numpy as np
+
+    from memstream.streams import commands as c
+    from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
+    from memstream.streams.decision.limits import Limits
+    from memstream.streams.events import Actor, Embedding, Scope, utcnow
+
+    out: list[NewEvent] = []
+    audits: list[NewAudit] = []
+    for i in range(first, stop):
+        vec = Embedding.from_vector(f"bench-{dim}", rng.standard_normal(dim).astype(np.float32)) if dim else None
+        cmd = c.StoreMemory(
+            command_id=f"r{i}",
+            scope=Scope(agent_id=AGENTS[i % len(AGENTS)]),
+            actor=Actor(client_id="bench"),
+            received_at=utcnow(),
+            content=f"note {i}: the deploy key for service {i % 97} rotates weekly",
+            embedding=vec,
+        )
+        decide_and_fold(state, cmd, Limits(), out, audits)
+    return out
+
+
 async def rebuild_run(events: int, partitions: int) -> dict[str, Any]:
     """Replay rate on a topic of ``events`` decided stores (64 agents, 64-dim vectors), written
     straight through the log adapter (deciding them through workers would take minutes)."""
     import numpy as np
 
     from memstream.api.kafka.worker.replay import rebuild_partitions
-    from memstream.streams import commands as c
-    from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
-    from memstream.streams.decision.limits import Limits
     from memstream.streams.decision.state import DecisionState
-    from memstream.streams.events import Actor, Embedding, Scope, utcnow
     from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
 
     prefix = f"memstream-bench-{uuid.uuid4().hex[:8]}"
@@ -213,19 +235,7 @@ async def rebuild_run(events: int, partitions: int) -> dict[str, Any]:
         rng = np.random.default_rng(7)
         written = 0
         while written < events:
-            out: list[NewEvent] = []
-            audits: list[NewAudit] = []
-            for i in range(written, min(events, written + 2000)):
-                vec = Embedding.from_vector("bench-64", rng.standard_normal(64).astype(np.float32))
-                cmd = c.StoreMemory(
-                    command_id=f"r{i}",
-                    scope=Scope(agent_id=AGENTS[i % len(AGENTS)]),
-                    actor=Actor(client_id="bench"),
-                    received_at=utcnow(),
-                    content=f"note {i}: the deploy key for service {i % 97} rotates weekly",
-                    embedding=vec,
-                )
-                decide_and_fold(state, cmd, Limits(), out, audits)
+            out = decided_stores(state, written, min(events, written + 2000), rng, 64)
             await kafka.append([(e.agent, e.type, e.value, e.vector) for e in out])
             written += len(out)
         out: dict[str, Any] = {}
