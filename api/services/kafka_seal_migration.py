@@ -41,7 +41,7 @@ from memstream.streams.keys.kafka import (
     KafkaKeyStore,
     keys_topic,
 )
-from memstream.streams.log.kafka import KafkaConfig, ensure_topics, read_range
+from memstream.streams.log.kafka import KafkaConfig, ensure_topics, fold_consumer, read_range
 from memstream.streams.log.sealed_keys import sealed_binding
 from memstream.streams.log.sealing import ERASURE_TYPES, Sealer, is_sealed
 
@@ -79,18 +79,6 @@ def delete_command(cfg: KafkaConfig) -> str:
 def _admin(cfg: KafkaConfig) -> AIOKafkaAdminClient:
     return AIOKafkaAdminClient(
         bootstrap_servers=cfg.bootstrap, request_timeout_ms=cfg.request_timeout_ms, client_id=f"{cfg.client_id}-seal"
-    )
-
-
-def _consumer(cfg: KafkaConfig) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(
-        bootstrap_servers=cfg.bootstrap,
-        client_id=f"{cfg.client_id}-seal",
-        group_id=None,
-        enable_auto_commit=False,
-        fetch_max_wait_ms=10,
-        max_partition_fetch_bytes=8 * 1024 * 1024,
-        request_timeout_ms=cfg.request_timeout_ms,
     )
 
 
@@ -482,7 +470,7 @@ async def seal_topics(
     except Exception as exc:
         await admin.close()
         raise KafkaSealError(f"no Kafka cluster answers at {old.bootstrap}: {type(exc).__name__}: {exc}") from exc
-    consumer, check = _consumer(old), _consumer(old)
+    consumer, check = fold_consumer(old, "seal"), fold_consumer(old, "seal")
     producer = AIOKafkaProducer(
         bootstrap_servers=old.bootstrap,
         client_id=f"{old.client_id}-seal",

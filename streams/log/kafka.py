@@ -482,6 +482,20 @@ def log_record(rec: ConsumerRecord[bytes, bytes], *, vectors: bool = True) -> Lo
     )
 
 
+def fold_consumer(cfg: KafkaConfig, role: str = "fold") -> AIOKafkaConsumer:
+    """A consumer for reading whole partitions (folds, replays, migrations): large fetches, no
+    group, no commits; ``role`` ends its client id, so the broker's logs tell readers apart."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=cfg.bootstrap,
+        client_id=f"{cfg.client_id}-{role}",
+        group_id=None,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=10,
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        request_timeout_ms=cfg.request_timeout_ms,
+    )
+
+
 async def events_end_offsets(cfg: KafkaConfig) -> dict[int, int]:
     """Per partition of the events topic, the offset the next event will get, read with a
     short-lived client (for tools and tests that hold no ``KafkaLog`` of their own)."""

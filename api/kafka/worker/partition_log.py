@@ -18,7 +18,15 @@ from memstream.api.services.inputs import InputError
 from memstream.projections.runner import FoldedModels
 from memstream.streams.events import decode, parse_time
 from memstream.streams.folding import bulk_fold
-from memstream.streams.log.kafka import KafkaConfig, Opener, log_record, matching, opened, read_range
+from memstream.streams.log.kafka import (
+    KafkaConfig,
+    Opener,
+    fold_consumer,
+    log_record,
+    matching,
+    opened,
+    read_range,
+)
 from memstream.streams.log.port import LogRecord, LogUnavailable
 
 READ_DEADLINE_S = 30.0  # one read (history, audit, an instant's offset), waiting for its turn included
@@ -27,19 +35,6 @@ SPARSE_BATCH = 500  # records fetched per seek when reading scattered offsets
 PROBE_BATCH = 200  # records looked at per step of the search for an instant
 
 Progress = Callable[[int, int], None]
-
-
-def fold_consumer(cfg: KafkaConfig) -> AIOKafkaConsumer:
-    """A consumer for folding whole partitions: large fetches, no group, no commits."""
-    return AIOKafkaConsumer(
-        bootstrap_servers=cfg.bootstrap,
-        client_id=f"{cfg.client_id}-fold",
-        group_id=None,
-        enable_auto_commit=False,
-        fetch_max_wait_ms=10,
-        max_partition_fetch_bytes=8 * 1024 * 1024,
-        request_timeout_ms=cfg.request_timeout_ms,
-    )
 
 
 async def fold_partitions(
