@@ -378,7 +378,7 @@ def pool_of(
     content: dict[str, str | None] = {r: ag.texts[int(r.split(":")[1]) - 1] for r in refs}
     cands = speakers.boost(cands, content.get, named, boost)
     spoke = {r for r, t in content.items() if speakers.speaker_of(t) in named}
-    return cands, rerank.Signals(v, lx, lists.shares, adjacency, spoke, content)
+    return cands, rerank.Signals(v, lx, lists.shares, adjacency, spoke, content, lists.text)
 
 
 def second_stage(model: rerank.Model, pool: int = 3 * K) -> Variant:

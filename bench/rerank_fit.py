@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,8 +32,51 @@ import numpy as np
 from eval_recall import AGENT, Dataset, K, assign_halves, load_dataset, ndcg_at_k, recall_at_k
 from locomo_dev import LOCOMO_DEV, VARIANTS, Agent, Lists, build, evaluate, gated, paired, pool_of, retrieve
 
-from memstream.api.query.recall import fusion, rerank
+from memstream.api.query.recall import dates, fusion, rerank, speakers
 from memstream.api.services.embedding import load_local_embedder
+
+# Signals tried in the fourth pass and not kept (docs/eval.md, "Fourth pass"), computed from what
+# a real agent's memory carries (the question and the stored text), never from the benchmark's
+# labels. ``--extra`` appends them to ``rerank.FEATURES`` for the fit. The date signals that were
+# kept live in api/query/recall/dates.py.
+EXTRA = ("entity", "session_share", "cluster")
+_CAP = re.compile(r"(?<![.?!]\s)(?<!^)\b([A-Z][\w'+-]*)")  # a capitalised word not opening a sentence
+_PREFIX = re.compile(r"^\[([^\]]*)\]\s*")
+
+
+def cue_rows(query: str, cands: Sequence[fusion.Candidate], content: dict[str, str | None]) -> dict[str, list[float]]:
+    """``entity``: the share of the question's proper nouns (not the speakers' names, which the
+    speaker signal reads, nor months) the turn's words hold; ``session_share``: the share of the
+    candidates from the turn's session (the same date prefix)."""
+    said = {speakers.speaker_of(t) for t in content.values() if t}
+    ents = {w.lower() for w in _CAP.findall(query)} - {m.lower() for m in dates.MONTHS} - said
+    sessions: dict[str, int] = {}
+    for c in cands:
+        if m := _PREFIX.match(content.get(c.ref) or ""):
+            sessions[m.group(1)] = sessions.get(m.group(1), 0) + 1
+    out: dict[str, list[float]] = {"entity": [], "session_share": []}
+    for c in cands:
+        text = content.get(c.ref) or ""
+        pm = _PREFIX.match(text)
+        words = {w.lower() for w in re.findall(r"[\w'+-]+", _PREFIX.sub("", text))}
+        out["entity"].append(len(ents & words) / len(ents) if ents else 0.0)
+        out["session_share"].append(sessions.get(pm.group(1), 0) / len(cands) if pm else 0.0)
+    return out
+
+
+def cluster(ag: Agent, cands: Sequence[fusion.Candidate], top: int = 10) -> list[float]:
+    """Each candidate's mean cosine to the first stage's top rows other than itself: a multi-hop
+    question's evidence turns may cluster less than one topic's turns do."""
+    idx = [int(c.ref.split(":")[1]) - 1 for c in cands]
+    v = ag.vectors[idx]
+    v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)
+    sims = v @ v[:top].T
+    n = min(top, len(cands))
+    out = []
+    for i in range(len(cands)):
+        row = [sims[i, j] for j in range(n) if j != i]
+        out.append(float(np.mean(row)) if row else 0.0)
+    return out
 
 
 @dataclass
@@ -46,7 +90,9 @@ class Query:
     applies: bool = True  # the second stage runs on these candidates (``rerank.conversational``)
 
 
-def queries(ds: Dataset, agents: dict[str, Agent], lists: dict[str, Lists], pool: int) -> list[Query]:
+def queries(
+    ds: Dataset, agents: dict[str, Agent], lists: dict[str, Lists], pool: int, extra: Sequence[str] = ()
+) -> list[Query]:
     out = []
     for q, ls in lists.items():
         ag = agents[ds.agent_of.get(q, AGENT)]
@@ -55,6 +101,10 @@ def queries(ds: Dataset, agents: dict[str, Agent], lists: dict[str, Lists], pool
         rel = set(ds.qrels[q])
         y = np.array([ag.doc_ids[int(c.ref.split(":")[1]) - 1] in rel for c in cands], dtype=np.float64)
         x = np.array(rerank.feature_rows(cands, sig), dtype=np.float64).reshape(len(cands), len(rerank.FEATURES))
+        if extra:
+            cue = cue_rows(ls.text, cands, dict(sig.content))
+            cue["cluster"] = cluster(ag, cands)
+            x = np.hstack([x, np.array([cue[e] for e in extra], dtype=np.float64).T.reshape(len(cands), len(extra))])
         out.append(Query(q, ds.agent_of.get(q, AGENT), cands, x, y, ag, applies))
     return out
 
@@ -138,6 +188,22 @@ def summary(s: Scores, base: Scores, qids: Sequence[str]) -> dict[str, object]:
     return out
 
 
+def cue_gain(
+    held: Scores, plain: Scores, qids: Sequence[str], dated: Sequence[str], ds: Dataset, convs: Sequence[str]
+) -> dict[str, object]:
+    """What the cue signals add to the held-out figures: paired over all questions (± 1.96·SE),
+    per conversation, and over the questions that name a date."""
+    out: dict[str, object] = {}
+    for i, metric in ((0, "recall@10"), (2, "ndcg@10")):
+        d, ci = paired(held[i], plain[i], qids)
+        folds = [
+            round(statistics.fmean(held[i][q] - plain[i][q] for q in qids if ds.agent_of[q] == c), 4) for c in convs
+        ]
+        dd, dci = paired(held[i], plain[i], dated)
+        out[metric] = {"all": [round(d, 4), round(ci, 4)], "folds": folds, "dated": [round(dd, 4), round(dci, 4)]}
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=LOCOMO_DEV)
@@ -147,6 +213,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--l2", default="0.001,0.01,0.1")
     ap.add_argument("--cv", action="store_true")
     ap.add_argument("--check", type=Path, default=None, help="a qrels dataset: the shipped model on its dev half")
+    ap.add_argument(
+        "--extra",
+        default="",
+        help="signal sets to add to the features, ';' between sets, ',' inside one ('' = none), of: "
+        + ", ".join(EXTRA),
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     report: dict[str, object] = {}
@@ -167,15 +239,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = evaluate(VARIANTS["first-stage"], ds, agents, lists)
         qids = list(lists)
         convs = sorted({ds.agent_of[q] for q in qids})
-        for pool in map(int, args.pool.split(",")):
-            qs = queries(ds, agents, lists, pool)
+        dated = [q for q in qids if dates.date_in(lists[q].text).named]
+        plain: dict[str, Scores] = {}  # held-out scores without cue signals, by setting
+        for pool, extra in ((p, e) for p in map(int, args.pool.split(",")) for e in args.extra.split(";")):
+            cue_set = [e for e in extra.split(",") if e]
+            qs = queries(ds, agents, lists, pool, cue_set)
             first = summary(score(qs, ds, None), base, qids)
             report[f"pool{pool}-first-stage"] = first
             r, n = first["recall@10"], first["ndcg@10"]  # type: ignore[index]
             print(f"pool{pool}-first-stage: R@10 {r['value']:.3f}  NDCG@10 {n['value']:.3f}", flush=True)
             for kind in args.kind.split(","):
                 for l2 in map(float, args.l2.split(",")):
-                    label = f"pool{pool}-{kind}-l2{l2}"
+                    label = f"pool{pool}-{kind}-l2{l2}" + (f"+{'+'.join(cue_set)}" if cue_set else "")
                     if args.cv:
                         held: Scores = ({}, {}, {})
                         folds = []
@@ -197,6 +272,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "recall@10": [f[0] for f in folds],
                             "ndcg@10": [f[1] for f in folds],
                         }
+                        setting = f"pool{pool}-{kind}-l2{l2}"
+                        if not cue_set:
+                            plain[setting] = held
+                        elif setting in plain:
+                            row["minus_no_cues"] = cue_gain(held, plain[setting], qids, dated, ds, convs)
+                            print("  minus the same fit without cues:", row["minus_no_cues"], flush=True)
                     else:
                         model = fit(qs, kind, l2)
                         row = summary(score(qs, ds, model), base, qids)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from memstream.api.query.recall import rerank
+from memstream.api.query.recall import dates, rerank
 from memstream.api.query.recall.fusion import rrf
 from memstream.api.query.recall.pipeline import RecallRequest, run_recall
 from memstream.api.query.recall.speakers import spoken_by
@@ -27,7 +27,9 @@ def _signals(
     vector: list[tuple[str, float]], lexical: list[tuple[str, float]], shares: dict[str, float]
 ) -> rerank.Signals:
     adjacency = {"mem:1": (None, "mem:2"), "mem:2": ("mem:1", "mem:3"), "mem:3": ("mem:2", None)}
-    return rerank.Signals(vector, lexical, shares, adjacency, spoken_by(TURNS, {"caroline"}), dict(TURNS))
+    named = spoken_by(TURNS, {"caroline"})
+    query = "When did Caroline paint in May 2023?"
+    return rerank.Signals(vector, lexical, shares, adjacency, named, dict(TURNS), query)
 
 
 def _row(x: list[float]) -> dict[str, float]:
@@ -51,6 +53,37 @@ def test_features_read_each_list_and_the_neighbours() -> None:
     question = rows["mem:1"]
     assert question["both"] == 1.0 and question["share_rel"] == 1.0 and question["lexical_rr"] == 1.0
     assert question["speaker"] == 0.0 and rows["mem:3"]["share_rel"] == 0.5
+    # "When ... in May 2023?": every turn is of a 1 May 2023 session; only the first says a time
+    assert all(r["date_month"] == 1.0 and r["date_day"] == 0.0 for r in rows.values())
+    assert [rows[r]["when_time"] for r in ("mem:1", "mem:2", "mem:3")] == [1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("text", "year", "month", "day"),
+    [
+        ("What did Tim say about his injury on 16 November, 2023?", 2023, 11, 16),
+        ("How did Joanna feel on October 25, 2022?", 2022, 10, 25),
+        ("What book did Tim finish on 8th December, 2023?", 2023, 12, 8),
+        ("What did Nate share in November 2022?", 2022, 11, None),
+        ("What charity event did John organize in 2024?", 2024, None, None),
+        ("What may Caroline do next?", None, None, None),  # "may" is a verb, not the month
+        ("1:56 pm on 8 May, 2023", 2023, 5, 8),
+    ],
+)
+def test_date_in_reads_day_month_and_year(text: str, year: int | None, month: int | None, day: int | None) -> None:
+    assert dates.date_in(text) == dates.Date(year, month, day)
+
+
+def test_date_signals_match_the_session_date_the_question_names() -> None:
+    turn = "[1:56 pm on 8 May, 2023] Caroline: I went to the support group yesterday"
+    assert dates.signals(dates.question("What did Caroline do on 8 May, 2023?"), turn) == (1.0, 1.0, 0.0)
+    assert dates.signals(dates.question("What did Caroline do on 9 May, 2023?"), turn) == (0.0, 1.0, 0.0)
+    assert dates.signals(dates.question("What did Caroline do in May 2022?"), turn) == (0.0, 0.0, 0.0)
+    assert dates.signals(dates.question("When did Caroline go to the group?"), turn) == (0.0, 0.0, 1.0)
+    # a turn without a date prefix, or no turn, has no date to match
+    undated = "Caroline: I went to the support group yesterday"
+    assert dates.signals(dates.question("When did Caroline go, in May 2023?"), undated) == (0.0, 0.0, 1.0)
+    assert dates.signals(dates.question("When, in May 2023?"), None) == (0.0, 0.0, 0.0)
 
 
 def test_rerank_orders_by_the_model_and_keeps_each_rows_own_signals() -> None:

@@ -210,7 +210,7 @@ def run_recall(
             )
             if second_stage:
                 signals = rerank.Signals(
-                    window, lexical_vote, shares, adjacency, speakers.spoken_by(content, named), content
+                    window, lexical_vote, shares, adjacency, speakers.spoken_by(content, named), content, req.query
                 )
                 cands = rerank.rerank(cands, signals, rerank.DEFAULT_MODEL)
 

@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from memstream.api.query.recall import dates
 from memstream.api.query.recall.fusion import Candidate, ordered
 
 Ranked = Sequence[tuple[str, float]]
@@ -41,6 +42,9 @@ FEATURES: Final = (
     "next_share",  # likewise the memory after it
     "speaker",  # 1 when it is a "Name: text" turn whose speaker the query names
     "words",  # log(1 + its word count): a short reply ("Wow, great!") rarely holds the answer
+    "date_day",  # 1 when its session date is the day the query names (dates.signals)
+    "date_month",  # 1 when its session date is in the month or year the query names
+    "when_time",  # 1 when the query asks "when" and the turn's words say a time
 )
 
 
@@ -60,10 +64,14 @@ class Model:
 # a logistic model on pairs (an evidence turn against another candidate of its question) over
 # standardised features, L2 0.001, written back on the raw scale (weight / feature's std).
 # Fitted leave-one-conversation-out the same way, each conversation scored by the model of the
-# other four: recall@10 0.681 -> 0.755 and NDCG@10 0.481 -> 0.606 (docs/eval.md, "Third pass").
-# In FEATURES order.
+# other four: recall@10 0.681 -> 0.751 and NDCG@10 0.481 -> 0.616; the three date signals add
+# NDCG@10 +0.010 ± 0.007 and recall@10 -0.004 ± 0.009 to the same fit without them (docs/eval.md,
+# "Third pass" and "Fourth pass"). In FEATURES order.
 DEFAULT_MODEL: Final = Model(
-    (-0.0107, 3.0503, 1.3275, 1.4410, 1.1510, 0.4190, 2.0414, -0.1729, 1.3182, 1.8100, 4.0048, 1.1371, 2.7198, 1.3943)
+    (
+        *(0.0036, 3.0900, 1.3613, 1.5794, 1.0190, 0.4109, 1.8968, -0.1892, 1.3180),
+        *(1.8191, 3.8672, 0.7254, 2.6178, 1.2946, 2.8088, 2.2351, 1.5640),
+    )
 )
 
 
@@ -77,6 +85,7 @@ class Signals:
     adjacency: Mapping[str, tuple[str | None, str | None]]  # previous / next memory
     speakers: Collection[str]  # refs whose speaker the query names
     content: Mapping[str, str | None]  # each candidate's text (None for an episode)
+    query: str  # the question, for its dates
 
 
 def features(c: Candidate, s: Signals, index: _Index) -> list[float]:
@@ -100,6 +109,7 @@ def features(c: Candidate, s: Signals, index: _Index) -> list[float]:
         index.share.get(nxt, 0.0) if nxt is not None else 0.0,
         1.0 if c.ref in s.speakers else 0.0,
         math.log1p(len(text.split())) if text else 0.0,
+        *dates.signals(index.question, text),
     ]
 
 
@@ -111,6 +121,7 @@ class _Index:
     lexical_rank: dict[str, int]
     top_cosine: float
     top_share: float
+    question: dates.Question
 
 
 def index_of(s: Signals) -> _Index:
@@ -123,6 +134,7 @@ def index_of(s: Signals) -> _Index:
         {r: i for i, (r, _) in enumerate(s.lexical, start=1)},
         max(cosine.values(), default=0.0),
         max(share.values(), default=0.0),
+        dates.question(s.query),
     )
 
 
