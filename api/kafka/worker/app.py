@@ -93,6 +93,9 @@ class Worker:
         self.partition_log = KafkaPartitionLog(cfg, opener=sealing)  # history and audit reads, as_of replays
         self.point_in_time = KafkaPointInTime(self.partition_log, settings, self.embedders)
         self.models: dict[int, PartitionModels] = {}
+        # Revoked partitions' models until the rebalance's assignment: taken back (and kept at
+        # their offset) when they stay here, dropped otherwise. Never served meanwhile.
+        self.parked: dict[int, PartitionModels] = {}
         self.checkpoint_every = settings.kafka_checkpoint_every  # events; 0: no checkpoints
         self.acked: dict[int, int] = {}  # partition -> highest event offset this worker had acknowledged
         self.generation = 0
@@ -102,6 +105,8 @@ class Worker:
         self._started = False
         self._wake = asyncio.Event()
         self._checkpoints: set[asyncio.Task[None]] = set()
+        # partition -> the models whose previous owner's pending erasures are being completed, and the task
+        self._pending: dict[int, tuple[PartitionModels, asyncio.Task[None]]] = {}
         self.fed: set[int] = set()  # partitions the decider's agent feeds; paused in the tail
 
     async def start(self) -> None:
@@ -151,21 +156,33 @@ class Worker:
     # -- following the group's assignment ---------------------------------------------------
 
     async def assigned(self, partitions: set[int]) -> None:
-        """The worker's full assignment after a rebalance: keep what stays, fold what is new."""
+        """The worker's full assignment after a rebalance: keep what stays (the models of a
+        revoked partition assigned again, at their offset: the topic is append-only, so they
+        are a prefix of it and the tail folds the rest), fold what is new."""
         await self.start()
         assert self._consumer is not None
         self.generation += 1
         for p in set(self.models) - partitions:
             del self.models[p]
+        kept = sorted(set(self.parked) & partitions - set(self.models))
+        for p in kept:
+            self.models[p] = self.parked[p]
+        self.parked.clear()
         new = sorted(partitions - set(self.models))
-        if new:
-            tps = [TopicPartition(self.cfg.events_topic, p) for p in new]
+        taken = sorted({*kept, *new})
+        if taken:
+            tps = [TopicPartition(self.cfg.events_topic, p) for p in taken]
             ends = await self._consumer.end_offsets(tps)
             for tp in tps:
-                self.models[tp.partition] = await self._open_models(tp.partition, int(ends[tp]))
-                task = asyncio.create_task(self._complete_pending(self.models[tp.partition]))
-                self._checkpoints.add(task)  # held until done, like a checkpoint's task
-                task.add_done_callback(self._checkpoints.discard)
+                end = int(ends[tp])
+                if tp.partition in kept:  # another owner may have appended in between: reads wait for it
+                    self.models[tp.partition].target = max(self.models[tp.partition].target, end - 1)
+                else:
+                    self.models[tp.partition] = await self._open_models(tp.partition, end)
+                # Also for a partition kept: another owner may have left erasures pending in between.
+                self._start_pending(self.models[tp.partition])
+        if kept:
+            log.info("partitions %s: read models kept across the rebalance", kept)
         owned = [TopicPartition(self.cfg.events_topic, p) for p in sorted(self.models)]
         self._consumer.assign(owned)  # resumes every partition: the agent pauses them again
         self.fed.clear()
@@ -264,6 +281,17 @@ class Worker:
             raise LookupError(f"the erasure of command {command.command_id} is not in the events topic")
         return await erasure.complete(self, models, offset, lambda o: self.settle(models, o))
 
+    def _start_pending(self, models: PartitionModels) -> None:
+        """Complete a previous owner's pending erasures in the background, unless this worker is
+        still doing so for the same models (taken back in a rebalance before it finished)."""
+        running = self._pending.get(models.partition)
+        if running is not None and running[0] is models and not running[1].done():
+            return
+        task = asyncio.create_task(self._complete_pending(models))
+        self._pending[models.partition] = (models, task)
+        self._checkpoints.add(task)  # held until done, like a checkpoint's task
+        task.add_done_callback(self._checkpoints.discard)
+
     async def _complete_pending(self, models: PartitionModels) -> None:
         try:
             # In the background: the models of a partition just taken may need long to fold from 0.
@@ -276,8 +304,12 @@ class Worker:
             log.exception("partition %d: completing pending erasures failed", models.partition)
 
     async def revoked(self, partitions: set[int]) -> None:
+        """Park the revoked partitions' models: not served, until the assignment that follows
+        says which stay here (faust rebalances eagerly: every partition is revoked each time)."""
         for p in partitions:
-            self.models.pop(p, None)
+            models = self.models.pop(p, None)
+            if models is not None:
+                self.parked[p] = models
             self.fed.discard(p)
 
     # -- fold-on-append (api/kafka/worker/append_fold.py) -------------------------------------------

@@ -1,0 +1,113 @@
+"""A rebalance on the real broker keeps the read models of the partitions a worker keeps: when a
+second worker joins, the first does not fold its remaining partitions again (its fold counters
+for them do not restart), and every partition's read models still equal a rebuild from the topic."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from memstream.api.kafka.router.app import Owners
+from memstream.api.kafka.worker.replay import rebuild_partitions
+from memstream.streams.log.kafka import KafkaConfig, events_end_offsets
+from tests.kafka.test_kafka_checkpoints import agents_covering, owner_health
+from tests.support.deployment import PROCS, Deployment
+from tests.support.faces import HttpFace
+from tests.support.fleet import TOPICS
+
+pytestmark = [pytest.mark.kafka]
+
+PARTITIONS = 4
+WRITES = 40
+
+
+def start_worker(dep: Deployment, data_dir: Path) -> subprocess.Popen[bytes]:
+    """A worker without checkpoints: a partition it re-opens would be folded from offset 0."""
+    env = {**os.environ, "MEMSTREAM_DATA_DIR": str(data_dir), "MEMSTREAM_KAFKA_CHECKPOINT_EVERY": "0"}
+    args = [sys.executable, str(PROCS / "kafka_worker.py"), *dep.kafka_args, "--session-timeout", "6"]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dep.procs.append(proc)
+    return proc
+
+
+async def split_owners(cfg: KafkaConfig, first_url: str) -> dict[int, str]:
+    """Each partition's owner once two workers share them, and the first one's /health agrees."""
+    owners = Owners(cfg)
+    await owners.start()
+    try:
+        async with asyncio.timeout(120), httpx.AsyncClient() as client:
+            while True:
+                urls = {p: owners.urls.get(p) for p in range(cfg.partitions)}
+                if None not in urls.values() and len(set(urls.values())) == 2:
+                    mine = {p for p, u in urls.items() if u == first_url}
+                    health = (await client.get(f"{first_url}/health")).json()
+                    if {int(p) for p in health["partitions"]} == mine:
+                        return {p: u for p, u in urls.items() if u is not None}
+                await owners.wait_change(0.2)
+    finally:
+        await owners.close()
+
+
+async def caught_up(client: httpx.AsyncClient, cfg: KafkaConfig, owners: dict[int, str]) -> dict[int, Any]:
+    """Every partition's digests from its owner, once its models hold the whole partition."""
+    ends = await events_end_offsets(cfg)
+    out: dict[int, Any] = {}
+    async with asyncio.timeout(90):
+        while len(out) < cfg.partitions:
+            for url in set(owners.values()):
+                body = (await client.get(f"{url}/digests")).json()
+                for p, v in body.items():
+                    if owners.get(int(p)) == url and v["offset"] == ends[int(p)] - 1:
+                        out[int(p)] = v["digests"]
+            if len(out) < cfg.partitions:
+                await asyncio.sleep(0.2)  # the poll's step; the timeout bounds the wait
+    return out
+
+
+async def test_a_worker_keeps_the_models_of_partitions_it_keeps(cfg: KafkaConfig, tmp_path: Path) -> None:
+    dep = Deployment(cfg)
+    face = HttpFace(dep.url)
+    agents = agents_covering(cfg.partitions)
+    client = httpx.AsyncClient()
+    try:
+        start_worker(dep, tmp_path / "a")
+        dep.router()
+        await dep.ready()
+        async with asyncio.timeout(300):
+            for i in range(WRITES):
+                agent = agents[i % len(agents)]
+                body = await face.call("store", {"agent_id": agent, "content": f"{TOPICS[i % 5]} {i}"})
+                assert body["result"] == "stored", body
+            first_url, health = await owner_health(cfg)
+            while sum(v["by_agent"] + v["by_tail"] for v in health["fold"].values()) < WRITES:
+                await asyncio.sleep(0.2)  # the poll's step; the timeout bounds the wait
+                health = (await client.get(f"{first_url}/health")).json()
+            before = health["fold"]
+            assert sum(v["by_agent"] for v in before.values()) > 0  # the agent folded its own writes
+
+            start_worker(dep, tmp_path / "b")
+            owners = await split_owners(cfg, first_url)
+            kept = sorted(p for p, u in owners.items() if u == first_url)
+            assert kept and len(kept) < cfg.partitions
+            after = (await client.get(f"{first_url}/health")).json()["fold"]
+            for p in kept:  # the same models: nothing folded again, by the tail or otherwise
+                assert after[str(p)]["by_agent"] == before[str(p)]["by_agent"], (p, before, after)
+                assert after[str(p)]["by_tail"] == before[str(p)]["by_tail"], (p, before, after)
+
+            for i in range(len(agents)):  # writes after the rebalance, to both workers
+                body = await face.call("store", {"agent_id": agents[i], "content": f"after the rebalance {i}"})
+                assert body["result"] == "stored", body
+            live = await caught_up(client, cfg, owners)
+            rebuilt = await rebuild_partitions(cfg, jobs=1)
+            assert live == {p: v["digests"] for p, v in rebuilt["partitions"].items()}
+    finally:
+        await client.aclose()
+        await face.close()
+        dep.stop()
