@@ -565,14 +565,45 @@ def keys() -> None:
     help="The new master key (base64 of 32 bytes). Default: a new one replaces the data directory's master.key.",
 )
 @progress_option
-def keys_rotate(data_dir: Path | None, new_key_file: Path | None, show_progress: bool | None) -> None:
+@kafka_options(required=False)
+def keys_rotate(
+    data_dir: Path | None,
+    new_key_file: Path | None,
+    show_progress: bool | None,
+    bootstrap: str | None,
+    prefix: str,
+    partitions: int,
+    replication: int,
+) -> None:
     """Re-wrap every data key under a new master key (only the key store changes; the log is
-    not rewritten). Stop the servers on the data directory first."""
+    not rewritten). Stop the servers on the data directory first.
+
+    With --kafka: the deployment's keys topic, from the key MEMSTREAM_MASTER_KEY or _FILE gives
+    to the key in --new-key-file (required); stop every worker and router first, and start them
+    with the new key."""
     from memstream.streams.keys.rotation import rotate_master_key
 
+    if bootstrap:
+        _rotate_kafka(kafka_config(bootstrap, prefix, partitions, replication), new_key_file, show_progress)
+        return
     settings = _settings(data_dir)
     with progress_bar("keys", unit="keys", show=show_progress) as progress:
         report = rotate_master_key(settings.log_path, new_key_file, progress)
+    click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+
+
+def _rotate_kafka(cfg: Any, new_key_file: Path | None, show_progress: bool | None) -> None:
+    from memstream.streams.keys.kafka import KeysUnavailable
+    from memstream.streams.keys.master import MasterKeyError
+    from memstream.streams.keys.rotation import rotate_kafka_master_key
+
+    if new_key_file is None:
+        raise click.UsageError("--kafka needs --new-key-file: every process of the deployment must get the new key")
+    try:
+        with progress_bar("keys", unit="keys", show=show_progress) as progress:
+            report = rotate_kafka_master_key(cfg, new_key_file, progress)
+    except (MasterKeyError, KeysUnavailable) as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
 
 

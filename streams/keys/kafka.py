@@ -58,6 +58,7 @@ class KafkaTarget(Protocol):
 class KeysUnavailable(RuntimeError):
     """The keys topic cannot be reached or is not configured as the store needs."""
 
+
 NONCE: Final = 12
 POOL: Final = 256
 KEY_PREFIX: Final = b"k:"
@@ -162,6 +163,18 @@ def _unwrap(master: AESGCM, key_id: bytes, wrapped: bytes) -> bytes:
         return master.decrypt(wrapped[:NONCE], wrapped[NONCE:], b"dek:" + key_id)
     except InvalidTag as exc:
         raise MasterKeyError(f"data key {key_id.hex()} does not open under this master key") from exc
+
+
+def _rewrapped(old: AESGCM, new: AESGCM, key_id: bytes, wrapped: bytes) -> bytes:
+    """``wrapped`` wrapped under ``new`` instead of ``old``. A key that already opens under
+    ``new`` (a rotation stopped before its check value was written) is kept as it is, so running
+    the rotation again finishes it."""
+    try:
+        dek = _unwrap(old, key_id, wrapped)
+    except MasterKeyError:
+        _unwrap(new, key_id, wrapped)  # neither key opens it: the MasterKeyError says which key
+        return wrapped
+    return _wrap(new, key_id, dek)
 
 
 class KafkaKeyStore:
@@ -411,15 +424,17 @@ class KafkaKeyStore:
             self._meta[ERASED_PREFIX + str(partition).encode()] = value
 
     def rewrap(self, new_master: bytes, progress: Callable[[int, int], None] | None = None) -> int:
-        """Every live key written again wrapped under ``new_master``, then the check. The old
-        wrappings leave the segments within the same bound as a destroyed key."""
+        """Every live key written again wrapped under ``new_master``, then the check, in one
+        ordered batch of the topic's one partition: a check under the new key means every key
+        before it is too. The old wrappings leave the segments within the same bound as a
+        destroyed key."""
         new = AESGCM(new_master)
         with self._state:
             rows = list(self._wrapped.items())
         total = len(rows)
         records: list[tuple[bytes, bytes | None]] = []
         for i, (key_id, wrapped) in enumerate(rows, 1):
-            records.append((KEY_PREFIX + key_id, _wrap(new, key_id, _unwrap(self._master, key_id, wrapped))))
+            records.append((KEY_PREFIX + key_id, _rewrapped(self._master, new, key_id, wrapped)))
             if progress is not None and (i % 1000 == 0 or i == total):
                 progress(i, total)
         nonce = secrets.token_bytes(NONCE)

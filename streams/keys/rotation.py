@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memstream.streams.keys.kafka import KafkaKeyStore, KafkaTarget, KeyTopicBounds, kafka_master_key
 from memstream.streams.keys.master import (
     ENV_FILE,
     ENV_KEY,
@@ -77,3 +78,28 @@ def rotate_master_key(
     finally:
         store.close()
     return {"keys_rewrapped": count, "master_key": where}
+
+
+def rotate_kafka_master_key(
+    cfg: KafkaTarget, new_key_file: Path, progress: Callable[[int, int], None] | None = None
+) -> dict[str, Any]:
+    """Every data key in a deployment's keys topic re-wrapped under the key in
+    ``new_key_file``; the current key is the one the environment gives every process of the
+    deployment (``MEMSTREAM_MASTER_KEY`` or ``_FILE``), which the operator then replaces with the
+    new one everywhere. A rotation stopped part way is finished by running it again with the
+    current key."""
+    current, where = kafka_master_key(os.environ)
+    new = parse_master_key(new_key_file.read_text(), str(new_key_file))
+    if new == current:
+        raise MasterKeyError(f"{new_key_file} holds the key {where} gives already: nothing to rotate")
+    store = KafkaKeyStore(cfg, current, KeyTopicBounds.from_env(os.environ))
+    try:
+        count = store.rewrap(new, progress)
+    finally:
+        store.close()
+    return {
+        "keys_rewrapped": count,
+        "keys_topic": store.topic,
+        "master_key": str(new_key_file),
+        "next": f"give every worker and router the new key ({ENV_KEY} or {ENV_FILE}) before starting them",
+    }
