@@ -88,7 +88,7 @@ class EmbeddedEngine(NamedModels):
         # The access policy dispatch enforces; None: anonymous full access. Set by the faces
         # from MEMSTREAM_ACL_FILE (api/services/acl.py), before they serve anything.
         self.acl: AclConfig | None = None
-        self.feed = Feed(self.log)  # the change feed's fan-out (api/services/feed.py)
+        self.feed = Feed(self.log, min_read_interval_s=settings.feed_interval_s)  # the change feed (feed.py)
         self._started = False
 
     @property

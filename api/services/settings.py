@@ -59,6 +59,9 @@ class Settings(BaseModel):
     feed_keepalive_s: float = Field(default=15.0, gt=0, le=15)
     feed_buffer: int = Field(default=1_000, ge=1, le=1_000_000)
     feed_send_timeout_s: float = Field(default=30.0, gt=0)
+    # The embedded feed reads the log at most this often under a write storm, so one write to each
+    # subscriber carries that moment's commits: longer means fewer writes and later delivery.
+    feed_interval_s: float = Field(default=0.025, ge=0, le=1)
 
     # -- recall (CPersona's knobs, MEMSTREAM_ prefix) --------------------------------------
     recall_mode: Literal["rrf", "rsf", "cascade"] = "rrf"
@@ -204,6 +207,7 @@ _ENV = {
     "feed_keepalive_s": "MEMSTREAM_FEED_KEEPALIVE_SECONDS",
     "feed_buffer": "MEMSTREAM_FEED_BUFFER",
     "feed_send_timeout_s": "MEMSTREAM_FEED_SEND_TIMEOUT_SECONDS",
+    "feed_interval_s": "MEMSTREAM_FEED_INTERVAL_SECONDS",
     "recall_mode": "MEMSTREAM_RECALL_MODE",
     "recall_retrievers": "MEMSTREAM_RECALL_RETRIEVERS",
     "max_memories": "MEMSTREAM_MAX_MEMORIES",

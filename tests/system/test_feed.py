@@ -17,8 +17,10 @@ import httpx
 import pytest
 from httpx_sse import ServerSentEvent, aconnect_sse
 
-from memstream.api.services.settings import load_settings
+from memstream.api.services.engine import EmbeddedEngine
+from memstream.api.services.settings import SettingsError, load_settings
 from tests.support.acl import ACL, TOKENS, write_acl
+from tests.support.embedders import HashEmbedder
 from tests.support.servers import ServerThread
 
 WAIT = 30.0  # a bound on a test that would otherwise hang, never a timing assertion
@@ -242,3 +244,13 @@ async def test_memstream_tail_follow_still_prints_new_events(server: ServerThrea
     finally:
         proc.terminate()
         await proc.wait()
+
+
+def test_the_read_interval_is_a_setting(tmp_path: Path) -> None:
+    """MEMSTREAM_FEED_INTERVAL_SECONDS reaches the engine's fan-out; out of range is refused."""
+    env = {"MEMSTREAM_FEED_INTERVAL_SECONDS": "0.2"}
+    settings = load_settings(env=env, data_dir=tmp_path / "data", sync="NORMAL")
+    assert EmbeddedEngine(settings, embedder=HashEmbedder()).feed.min_read_interval_s == 0.2
+    assert load_settings(env={}, data_dir=tmp_path / "d2").feed_interval_s == 0.025
+    with pytest.raises(SettingsError, match="MEMSTREAM_FEED_INTERVAL_SECONDS"):
+        load_settings(env={"MEMSTREAM_FEED_INTERVAL_SECONDS": "5"}, data_dir=tmp_path / "d3")
