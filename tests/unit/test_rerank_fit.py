@@ -84,3 +84,34 @@ def test_the_replicas_default_is_the_second_stage_on_turns_and_the_first_stage_e
     assert lengths == sorted(lengths, reverse=True)  # turns: ordered by the model alone
     notes = ld.Agent(ag.name, ag.doc_ids, ag.vectors, ag.lexical, [t.split(": ", 1)[1] for t in ag.texts])
     assert ld.second_stage(words_only)(notes, ls) == ld.VARIANTS["first-stage"](notes, ls)
+
+
+def test_the_extra_signals_read_the_question_and_the_stored_turns() -> None:
+    from memstream.api.query.recall.fusion import Candidate
+
+    content: dict[str, str | None] = {
+        "mem:1": "[8 May, 2023] Caroline: I joined the Pride parade in Boston",
+        "mem:2": "[8 May, 2023] Melanie: Boston sounds fun",
+        "mem:3": "[9 June, 2023] Melanie: my kids painted",
+        "mem:4": "[9 June, 2023] Caroline: so cute",
+    }
+    cands = [Candidate(ref) for ref in content]
+    cue = rf.cue_rows("What did Caroline see at the Pride parade in Boston in May?", cands, content)
+    # Caroline and Melanie are the speakers and May a month: the proper nouns left are Pride, Boston
+    assert cue["entity"] == [1.0, 0.5, 0.0, 0.0]
+    assert cue["session_share"] == [0.5, 0.5, 0.5, 0.5]
+    cue = rf.cue_rows("what happened", cands[:3], content)
+    assert cue["entity"] == [0.0, 0.0, 0.0]
+    assert cue["session_share"] == pytest.approx([2 / 3, 2 / 3, 1 / 3])
+
+
+def test_cluster_is_each_candidates_mean_cosine_to_the_others_at_the_top() -> None:
+    from memstream.api.query.recall.fusion import Candidate
+    from tests.unit.test_locomo_dev import agent
+
+    ag = agent()
+    cands = [Candidate(f"mem:{i}") for i in (1, 2, 3)]
+    got = rf.cluster(ag, cands, top=2)
+    v = ag.vectors[[0, 1, 2]]
+    v = v / np.linalg.norm(v, axis=1, keepdims=True)
+    assert got == pytest.approx([v[0] @ v[1], v[1] @ v[0], (v[2] @ v[0] + v[2] @ v[1]) / 2])
