@@ -230,6 +230,7 @@ class Worker:
             return
         models.checkpointing = True
         models.checkpoint_done.clear()
+        written = False
         try:
             async with models.lock:
                 offset = models.offset
@@ -243,12 +244,17 @@ class Worker:
             await asyncio.to_thread(checkpoints.write, models.store, bodies, offset, anchor)
             models.checkpoint_offset = offset
             await asyncio.to_thread(checkpoints.drop_stale, models.projections)
+            written = True
         except Exception as exc:  # a checkpoint is a shortcut: without one a restart folds more
             log.warning("partition %d: checkpoint failed (%s); will retry later", models.partition, exc)
         finally:
             models.checkpointing = False
             models.checkpoint_done.set()
             models.checkpoint_done.clear()
+        if written and self.models.get(models.partition) is models:
+            # Events folded while this one was written trigger none (one at a time): after a
+            # catch-up, the checkpoint would stay far behind until the partition's next write.
+            self._checkpoint_if_due(models)
 
     async def rewrite_checkpoint(self, models: PartitionModels) -> None:
         """Write the partition's checkpoint now from its read models (after an erasure folded:
@@ -355,6 +361,9 @@ class Worker:
         """After ``count`` events were folded: wake waiting reads, checkpoint when due."""
         models.since_checkpoint += count
         models.advanced.set()
+        self._checkpoint_if_due(models)
+
+    def _checkpoint_if_due(self, models: PartitionModels) -> None:
         due = models.store is not None and models.since_checkpoint >= self.checkpoint_every
         if due and not models.checkpointing:
             task = asyncio.create_task(self.checkpoint(models), name=f"memstream-checkpoint-{models.partition}")
