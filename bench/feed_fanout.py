@@ -152,7 +152,7 @@ async def readers_main(port: int, count: int, sampled: int) -> None:
 class FeedServer(Server):
     """``memstream serve`` on a fresh data directory; with ``code``, that checkout's memstream."""
 
-    def __init__(self, data: Path, embedder: str, sync: str, code: Path | None) -> None:
+    def __init__(self, data: Path, embedder: str, sync: str, code: Path | None, interval: float | None) -> None:
         self.port = free_port()
         self.embedder = embedder
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
@@ -161,6 +161,8 @@ class FeedServer(Server):
             env["MEMSTREAM_EMBEDDER"] = "none"
         if code is not None:
             env["PYTHONPATH"] = str(code)
+        if interval is not None:  # the fan-out's read interval (docs/feed.md); code without it ignores it
+            env["MEMSTREAM_FEED_INTERVAL_SECONDS"] = str(interval)
         cmd = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", "--port", str(self.port)]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -324,7 +326,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for name, code in variants:
                 data = Path(tempfile.mkdtemp(prefix=f"ms-feed-bench-{name}-"))
                 dirs.append(data)
-                servers[name] = FeedServer(data, embedder, args.sync, code)
+                servers[name] = FeedServer(data, embedder, args.sync, code, args.interval)
             for server in servers.values():
                 await server.ready()
                 await write_phase(server.port, args.writers, 50, 0)  # warm-up (the model, the caches)
@@ -362,6 +364,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--sync", default="FULL", choices=["FULL", "NORMAL"])
     p.add_argument("--before-code", type=Path, default=None, help="another checkout's memstream, run alternately")
+    p.add_argument("--interval", type=float, default=None, help="MEMSTREAM_FEED_INTERVAL_SECONDS for the servers")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "feed_fanout.json")
     args = p.parse_args()
