@@ -13,7 +13,7 @@ from memstream.projections.scope import ScopeFilter
 from memstream.projections.vectors import search as vector_search
 from memstream.projections.vectors import sidecar
 from memstream.projections.vectors.agent import Agent
-from memstream.projections.vectors.content_hash import MOD, ghost_hash, model_hash, row_hash
+from memstream.projections.vectors.content_hash import MOD, ghost_hash, model_hash, row_hash, row_hash_sum
 from memstream.projections.vectors.graph import Graph, HnswConfig, add_pending
 from memstream.projections.vectors.rows import EP, KIND_OF, MEM, Hit, ref_of, row_key
 from memstream.projections.vectors.segment import Segment, inv_norm
@@ -129,18 +129,20 @@ class VectorProjection:
         else:  # agent_data.deleted, or an erasure (projections/redaction.py)
             ag = self._agents.get(agent_id)
             if ag is not None:
-                for mid in p.get("memory_ids", ()):
-                    self._forget(ag, row_key(MEM, mid))
-                for eid in p.get("episode_ids", ()):
-                    self._forget(ag, row_key(EP, eid))
+                keys = [row_key(MEM, mid) for mid in p.get("memory_ids", ())]
+                keys += [row_key(EP, eid) for eid in p.get("episode_ids", ())]
+                built: list[tuple[str, Graph]] = []
                 if p.get("erased"):
                     # A graph only marks a removed node: its vector stays in the index and its
-                    # file. An erasure rebuilds the agent's graphs from the live rows instead.
-                    for model, g in ag.graphs.items():
-                        if g.index is not None:
-                            g.index = None
-                            g.removed = 0
-                            g.pending = ag.model_keys(model)
+                    # file. An erasure rebuilds the agent's graphs from the live rows instead
+                    # (so the rows need not leave the old graphs one by one first).
+                    built = [(model, g) for model, g in ag.graphs.items() if g.index is not None]
+                    for _, g in built:
+                        g.index = None
+                        g.removed = 0
+                self._forget_many(ag, keys)
+                for model, g in built:
+                    g.pending = ag.model_keys(model)
         if t.endswith("deleted") and agent_id in self._agents:
             ag = self._agents[agent_id]
             for model, g in ag.graphs.items():
@@ -230,6 +232,54 @@ class VectorProjection:
             self._ghosts -= 1
             self._hash = (self._hash - ghost_hash(key, ag.name, ag.bucket_list[ghost[0]], ghost[1])) % MOD
         return ghost
+
+    def _forget_many(self, ag: Agent, keys: list[int]) -> None:
+        """``_forget`` of every key, the rows found in one pass per segment: an erasure or an
+        agent's deletion drops up to all of an agent's rows, which one by one took seconds."""
+        if not keys:
+            return
+        wanted = np.unique(np.asarray(keys, dtype=np.int64))
+        found: list[np.ndarray] = []
+        for seg in list(ag.segs.values()):
+            n = seg.n
+            pos = np.flatnonzero(np.isin(seg.keys[:n], wanted[(wanted & 1) == seg.kind]) & seg.alive[:n])
+            if len(pos):
+                found.append(seg.keys[pos])
+                self._drop_rows(ag, seg, pos)
+        if ag.ghosts:
+            held = np.unique(np.concatenate(found)) if found else np.empty(0, np.int64)
+            for key in wanted[~np.isin(wanted, held)].tolist():
+                ghost = ag.ghosts.pop(key, None)
+                if ghost is not None:
+                    self._ghosts -= 1
+                    self._hash = (self._hash - ghost_hash(key, ag.name, ag.bucket_list[ghost[0]], ghost[1])) % MOD
+
+    def _drop_rows(self, ag: Agent, seg: Segment, pos: np.ndarray) -> None:
+        """Drop the live rows at ascending positions ``pos``: their hash terms, counts, graph
+        entries; zeroed, as ``_remove_row`` leaves each (no sidecar may keep an erased vector)."""
+        keys, offs, buckets = seg.keys[pos], seg.offs[pos], seg.buckets[pos]
+        rows = (seg.row(p).tobytes() for p in pos.tolist())
+        self._hash = (self._hash - row_hash_sum(ag.name, ag.bucket_list, seg.model, keys, offs, buckets, rows)) % MOD
+        seg.kill_many(pos)
+        for b, c in enumerate(np.bincount(buckets, minlength=len(ag.counts)).tolist()):
+            ag.counts[b] -= c
+        self._rows -= len(pos)
+        g = ag.graphs.get(seg.model)
+        if g is not None:
+            key_list = keys.tolist()
+            if g.pending:
+                g.pending.difference_update(key_list)
+            if g.index is not None:
+                in_index = [k for k in key_list if k not in g.pending]
+                if in_index:
+                    g.index.remove(np.asarray(in_index, dtype=np.uint64))
+                    g.removed += len(in_index)
+                if g.removed > 1000 and g.removed * 3 > len(g.index) + g.removed:
+                    g.index = None  # rebuilt from the live rows at the next maintenance
+                    g.removed = 0
+                    g.pending = ag.model_keys(seg.model)
+        if seg.dead > 1024 and seg.dead * 4 > seg.n:
+            seg.compact()
 
     def _overwrite(self, ag: Agent, seg: Segment, key: int, vec: np.ndarray) -> None:
         """Replace a row's vector in place: it keeps its position, so the window needs no sort."""

@@ -143,6 +143,20 @@ class Segment:
         self.dead += 1
         return pos
 
+    def kill_many(self, pos: np.ndarray) -> None:
+        """``kill`` the live rows at ascending positions ``pos``, and zero their vectors."""
+        extra = self._extra
+        if extra:
+            for key in self.keys[pos].tolist():
+                extra.pop(key, None)
+        self.alive[pos] = False
+        self.dead += len(pos)
+        ci = pos // CHUNK
+        cuts = np.flatnonzero(np.diff(ci)) + 1
+        for part in np.split(pos, cuts):
+            c = int(part[0]) // CHUNK
+            self.chunks[c][part - c * CHUNK] = 0
+
     def gather(self, pos: np.ndarray) -> np.ndarray:
         """Vectors at ``pos`` (any order), as one (len, dim) float32 array."""
         out = np.empty((len(pos), self.dim), np.float32)

@@ -376,3 +376,65 @@ def test_segment_key_index_matches_a_dict(script: list[tuple[str, int]]) -> None
         assert seg.live_keys() == sorted(ref, key=ref.__getitem__)
     with pytest.raises(KeyError):
         seg.at(1)
+
+
+# -- an agent's rows dropped in bulk -------------------------------------------------------------
+
+
+class OneByOne(VectorProjection):
+    """The fold as it was: every row of an agent's deletion or erasure removed on its own."""
+
+    def _forget_many(self, ag: Any, keys: list[int]) -> None:
+        for key in keys:
+            self._forget(ag, key)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops, st.booleans(), st.integers(1, 3))
+def test_bulk_drop_equals_removing_rows_one_by_one(spec: list[tuple[Any, ...]], erased: bool, every: int) -> None:
+    """``agent_data.deleted`` (and an erasure) drops the named rows in one pass per segment; the
+    state, the answers and a replay must equal the fold that removed them one at a time, graphs
+    or none, whatever part of the agent's rows (ghosts, episodes, two models) it names."""
+    evs = build(spec)
+    idents = sorted({ev["payload"]["id"] for ev in evs if ev["type"] in ("memory.stored", "episode.archived")})
+    evs.append(
+        event(
+            "agent_data.deleted",
+            {"memory_ids": idents[::every], "episode_ids": idents[1::every], "erased": erased},
+            agent="a",
+        )
+    )
+    for kw in ({"hnsw_threshold": 2, "flush_batch": 2, "exact_far_limit": 0}, {"hnsw": False}):
+        bulk = Feed(VectorProjection(**kw))(*evs)
+        one = Feed(OneByOne(**kw))(*evs)
+        assert digest_of(bulk.proj) == digest_of(one.proj)
+        assert digest_of(bulk.replayed(**kw)) == digest_of(bulk.proj)
+        assert small_answers(bulk.proj) == small_answers(one.proj)
+
+
+def test_bulk_drop_zeroes_the_dropped_vectors() -> None:
+    """An erased agent's vectors leave no bytes in its segments, and the graph built over them
+    is dropped (rebuilt from what is left once that reaches the threshold)."""
+    f = Feed(VectorProjection(hnsw_threshold=4, flush_batch=1))
+    f(*[store(i, unit(100 + i)) for i in range(1, 3001)], archive(3001, unit(7)))
+    ag = f.proj._agents["a"]
+    assert ag.graphs["m1"].index is not None
+
+    def held() -> bytes:  # the rows held, dead ones too (a chunk's room past them is never saved)
+        return b"".join(seg.row(p).tobytes() for seg in ag.segs.values() for p in range(seg.n))
+
+    # too few dead rows for a compaction: they stay in place, zeroed
+    f(event("agent_data.deleted", {"memory_ids": list(range(1, 501)), "episode_ids": [], "erased": True}))
+    assert ag.segs[("m1", 0)].n == 3000
+    raw = held()
+    assert all(unit(100 + i).astype("<f4").tobytes() not in raw for i in range(1, 501))
+    assert unit(100 + 501).astype("<f4").tobytes() in raw
+    f(event("agent_data.deleted", {"memory_ids": list(range(501, 3000)), "episode_ids": [], "erased": True}))
+    assert f.proj.count(A) == 2
+    raw = held()
+    assert all(unit(100 + i).astype("<f4").tobytes() not in raw for i in range(1, 3000))
+    assert unit(100 + 3000).astype("<f4").tobytes() in raw
+    g = ag.graphs["m1"]
+    assert g.index is None  # two rows left, under the threshold: no graph until there are more
+    assert g.pending == {3000 << 1, (3001 << 1) | 1}
+    assert refs(f.proj.search(A, unit(100 + 3000), 1)[0]) == ["mem:3000"]
