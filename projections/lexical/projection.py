@@ -181,6 +181,7 @@ class LexicalProjection:
             if mv is not None:
                 try:
                     self.agents = sidecar.read(mv, name.removeprefix(f"{self.name}-"), rows_by_agent)
+                    self._blob = name  # the one to keep when a restore drops stale sidecars
                     return
                 except (ValueError, KeyError, TypeError, IndexError, struct.error, orjson.JSONDecodeError) as exc:
                     log.warning("lexical sidecar %s unusable (%s); re-analysing the texts", name, exc)

@@ -1,11 +1,13 @@
-"""A rebalance on the real broker keeps the read models of the partitions a worker keeps: when a
-second worker joins, the first does not fold its remaining partitions again (its fold counters
-for them do not restart), and every partition's read models still equal a rebuild from the topic."""
+"""Kafka workers across rebalances, on the real broker: when a second worker joins, the first keeps
+the read models of the partitions it keeps (its fold counters for them do not restart), and every
+partition's read models still equal a rebuild from the topic; checkpoints keep up with a burst of
+writes, and a restore drops the sidecars an interrupted checkpoint left."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +17,10 @@ import httpx
 import pytest
 
 from memstream.api.kafka.router.app import Owners
+from memstream.api.kafka.worker import checkpoints
 from memstream.api.kafka.worker.replay import rebuild_partitions
 from memstream.streams.log.kafka import KafkaConfig, events_end_offsets
+from memstream.streams.snapshots import SnapshotStore
 from tests.kafka.test_kafka_checkpoints import agents_covering, owner_health
 from tests.support.deployment import PROCS, Deployment
 from tests.support.faces import HttpFace
@@ -154,3 +158,49 @@ async def checkpoints_within(client: httpx.AsyncClient, url: str, ends: dict[int
         if all(last is not None and ends[p] - 1 - last < every for p, last in lasts.items()):
             return
         await asyncio.sleep(0.2)  # the poll's step; the caller's timeout bounds the wait
+
+
+async def test_a_restore_drops_stale_sidecars(cfg: KafkaConfig, tmp_path: Path) -> None:
+    """Sidecars no restored snapshot names (a worker stopped between a checkpoint's write and
+    its cleanup) are gone once a new owner restored the partition, with no checkpoint of its own."""
+    every = 5
+    dep = Deployment(cfg)
+    face = HttpFace(dep.url)
+    agents = agents_covering(cfg.partitions)
+    client = httpx.AsyncClient()
+    env = {**os.environ, "MEMSTREAM_DATA_DIR": str(tmp_path), "MEMSTREAM_KAFKA_CHECKPOINT_EVERY": str(every)}
+    args = [sys.executable, str(PROCS / "kafka_worker.py"), *dep.kafka_args, "--session-timeout", "6"]
+    try:
+        first = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        dep.procs.append(first)
+        dep.router()
+        await dep.ready()
+        async with asyncio.timeout(300):
+            for i in range(every * 2 * len(agents)):
+                agent = agents[i % len(agents)]
+                body = await face.call("store", {"agent_id": agent, "content": f"{TOPICS[i % 5]} {i}"})
+                assert body["result"] == "stored", body
+            url, _ = await owner_health(cfg)
+            async with asyncio.timeout(60):
+                await checkpoints_within(client, url, await events_end_offsets(cfg), every)
+            first.send_signal(signal.SIGTERM)
+            first.wait(timeout=60)
+            planted = []
+            for p in range(cfg.partitions):
+                store = SnapshotStore(checkpoints.checkpoint_dir(tmp_path, cfg, p))
+                for kind in ("lexical", "vectors"):
+                    kept = store.blob_names(f"{kind}-")
+                    assert kept, (p, kind)
+                    stale = store.blob_path(f"{kind}-stale{p}")
+                    stale.write_bytes(store.blob_path(kept[0]).read_bytes())
+                    planted.append(stale)
+
+            dep.procs.append(subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            _, health = await owner_health(cfg, not_url=url)
+            assert all(v["restored_from"] is not None for v in health["checkpoints"].values()), health
+            while any(path.exists() for path in planted):
+                await asyncio.sleep(0.2)  # the poll's step; the timeout bounds the wait
+    finally:
+        await client.aclose()
+        await face.close()
+        dep.stop()

@@ -209,6 +209,9 @@ class Worker:
         if not await asyncio.to_thread(checkpoints.restore, store, models.projections, offset):
             return PartitionModels(partition, end, store, self.settings.read_model_options)
         models.offset = models.restored_from = models.checkpoint_offset = offset
+        # The restored snapshots name the sidecars to keep: a worker stopped between a
+        # checkpoint's write and its cleanup left older ones, which only the next checkpoint drops.
+        await asyncio.to_thread(checkpoints.drop_stale, models.projections)
         log.info("partition %d: read models restored at offset %d (end %d)", partition, offset, end)
         freeze_long_lived()  # as the embedded engine after its start-up (projections/runner.py)
         return models
@@ -241,6 +244,11 @@ class Worker:
             anchor = await self._anchor(models.partition, offset)
             if anchor is None:
                 raise LookupError(f"event {offset} is not in the topic")
+            if self.models.get(models.partition) is not models:
+                # Revoked meanwhile: its next owner may be restoring from, or writing, the same
+                # directory (a shared data directory), and a checkpoint here could delete its sidecars.
+                log.info("partition %d: checkpoint at %d not written (the partition moved)", models.partition, offset)
+                return
             await asyncio.to_thread(checkpoints.write, models.store, bodies, offset, anchor)
             models.checkpoint_offset = offset
             await asyncio.to_thread(checkpoints.drop_stale, models.projections)
