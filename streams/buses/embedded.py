@@ -16,6 +16,7 @@ from typing import Any
 from memstream.streams.commands import Command
 from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
 from memstream.streams.decision.limits import Limits
+from memstream.streams.decision.snapshot import capture
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, decode
 from memstream.streams.folding import bulk_fold, collector_paused
@@ -188,13 +189,15 @@ class EmbeddedCommandBus:
             return
         loop = asyncio.get_running_loop()
 
-        def snapshot() -> dict[str, Any] | None:
-            return self.state.to_snapshot() if self.state is not None else None
+        def captured() -> DecisionState | None:
+            return capture(self.state) if self.state is not None else None
 
-        # Built on the writer thread (the state is its own), written on another: the writer
-        # goes on committing other agents' writes meanwhile.
-        body = await loop.run_in_executor(self._executor, snapshot)
-        if body is not None:
+        # Copied on the writer thread (the state is its own), built and written on another:
+        # the writer goes on committing other agents' writes meanwhile. The copy is of the
+        # state after the erasure, so the snapshot on disk holds none of the erased data.
+        state = await loop.run_in_executor(self._executor, captured)
+        if state is not None:
+            body = await loop.run_in_executor(None, state.to_snapshot)
             await loop.run_in_executor(None, snapshots.save, DECISION_SNAPSHOT, body)
 
     # -- the port ---------------------------------------------------------------------------
