@@ -15,8 +15,8 @@ from typing import Any
 
 from memstream.streams.commands import Command
 from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
+from memstream.streams.decision.capture import capture
 from memstream.streams.decision.limits import Limits
-from memstream.streams.decision.snapshot import capture
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, decode
 from memstream.streams.folding import bulk_fold, collector_paused

@@ -1,5 +1,5 @@
 """The copy of the decision state an erasure's checkpoint serialises off the writer thread
-(``snapshot.capture``): the same snapshot as the state's, and untouched by later changes."""
+(``capture.capture``): the same snapshot as the state's, and untouched by later changes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from hypothesis import given, settings
 
-from memstream.streams.decision.snapshot import capture
+from memstream.streams.decision.capture import capture
 from tests.unit.test_decision_properties import command_specs, run
 
 
