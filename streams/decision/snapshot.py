@@ -123,4 +123,3 @@ def memories_from_columns(cols: dict[str, Any]) -> dict[int, MemoryFacts]:
         pick(sets, "models"),
     )
     return dict(zip(ids, facts, strict=True))
-
