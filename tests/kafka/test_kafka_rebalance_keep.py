@@ -32,9 +32,10 @@ PARTITIONS = 4
 WRITES = 40
 
 
-def start_worker(dep: Deployment, data_dir: Path) -> subprocess.Popen[bytes]:
-    """A worker without checkpoints: a partition it re-opens would be folded from offset 0."""
-    env = {**os.environ, "MEMSTREAM_DATA_DIR": str(data_dir), "MEMSTREAM_KAFKA_CHECKPOINT_EVERY": "0"}
+def start_worker(dep: Deployment, data_dir: Path, every: int = 0) -> subprocess.Popen[bytes]:
+    """A worker checkpointing every ``every`` events; without checkpoints (0), a partition it
+    re-opens is folded from offset 0."""
+    env = {**os.environ, "MEMSTREAM_DATA_DIR": str(data_dir), "MEMSTREAM_KAFKA_CHECKPOINT_EVERY": str(every)}
     args = [sys.executable, str(PROCS / "kafka_worker.py"), *dep.kafka_args, "--session-timeout", "6"]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     dep.procs.append(proc)
@@ -127,9 +128,7 @@ async def test_checkpoints_keep_up_with_a_burst(cfg: KafkaConfig, tmp_path: Path
     agents = agents_covering(cfg.partitions)
     client = httpx.AsyncClient()
     try:
-        env = {**os.environ, "MEMSTREAM_DATA_DIR": str(tmp_path), "MEMSTREAM_KAFKA_CHECKPOINT_EVERY": str(every)}
-        args = [sys.executable, str(PROCS / "kafka_worker.py"), *dep.kafka_args, "--session-timeout", "6"]
-        dep.procs.append(subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        start_worker(dep, tmp_path, every)
         dep.router()
         await dep.ready()
         async with asyncio.timeout(300):
@@ -168,11 +167,8 @@ async def test_a_restore_drops_stale_sidecars(cfg: KafkaConfig, tmp_path: Path) 
     face = HttpFace(dep.url)
     agents = agents_covering(cfg.partitions)
     client = httpx.AsyncClient()
-    env = {**os.environ, "MEMSTREAM_DATA_DIR": str(tmp_path), "MEMSTREAM_KAFKA_CHECKPOINT_EVERY": str(every)}
-    args = [sys.executable, str(PROCS / "kafka_worker.py"), *dep.kafka_args, "--session-timeout", "6"]
     try:
-        first = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        dep.procs.append(first)
+        first = start_worker(dep, tmp_path, every)
         dep.router()
         await dep.ready()
         async with asyncio.timeout(300):
@@ -195,7 +191,7 @@ async def test_a_restore_drops_stale_sidecars(cfg: KafkaConfig, tmp_path: Path) 
                     stale.write_bytes(store.blob_path(kept[0]).read_bytes())
                     planted.append(stale)
 
-            dep.procs.append(subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            start_worker(dep, tmp_path, every)
             _, health = await owner_health(cfg, not_url=url)
             assert all(v["restored_from"] is not None for v in health["checkpoints"].values()), health
             while any(path.exists() for path in planted):
