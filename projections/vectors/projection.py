@@ -213,13 +213,16 @@ class VectorProjection:
             elif g.index is not None:
                 g.index.remove(key)
                 g.removed += 1
-                if g.removed > 1000 and g.removed * 3 > len(g.index) + g.removed:
-                    g.index = None  # rebuilt from the live rows at the next maintenance
-                    g.removed = 0
-                    g.pending = ag.model_keys(seg.model)
-        if seg.dead > 1024 and seg.dead * 4 > seg.n:
-            seg.compact()
+                self._after_removals(ag, seg, g)
+        seg.maybe_compact_dead()
         return bucket, recency
+
+    @staticmethod
+    def _after_removals(ag: Agent, seg: Segment, g: Graph) -> None:
+        if g.index is not None and g.removed > 1000 and g.removed * 3 > len(g.index) + g.removed:
+            g.index = None  # rebuilt from the live rows at the next maintenance
+            g.removed = 0
+            g.pending = ag.model_keys(seg.model)
 
     def _forget(self, ag: Agent, key: int) -> tuple[int, int] | None:
         where = None
@@ -267,19 +270,15 @@ class VectorProjection:
         g = ag.graphs.get(seg.model)
         if g is not None:
             key_list = keys.tolist()
-            if g.pending:
-                g.pending.difference_update(key_list)
             if g.index is not None:
                 in_index = [k for k in key_list if k not in g.pending]
                 if in_index:
                     g.index.remove(np.asarray(in_index, dtype=np.uint64))
                     g.removed += len(in_index)
-                if g.removed > 1000 and g.removed * 3 > len(g.index) + g.removed:
-                    g.index = None  # rebuilt from the live rows at the next maintenance
-                    g.removed = 0
-                    g.pending = ag.model_keys(seg.model)
-        if seg.dead > 1024 and seg.dead * 4 > seg.n:
-            seg.compact()
+            if g.pending:
+                g.pending.difference_update(key_list)
+            self._after_removals(ag, seg, g)
+        seg.maybe_compact_dead()
 
     def _overwrite(self, ag: Agent, seg: Segment, key: int, vec: np.ndarray) -> None:
         """Replace a row's vector in place: it keeps its position, so the window needs no sort."""

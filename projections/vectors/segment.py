@@ -217,6 +217,11 @@ class Segment:
         if not self.sorted or (self.dead > 1024 and self.dead * 4 > self.n):
             self.compact()
 
+    def maybe_compact_dead(self) -> None:
+        """Compact once a quarter of the rows (and more than 1024) are dead."""
+        if self.dead > 1024 and self.dead * 4 > self.n:
+            self.compact()
+
     def select(self, lut: np.ndarray | None, hi: int) -> np.ndarray:
         """Ascending positions of the newest ``hi`` live rows admitted by ``lut`` (sorted segment)."""
         n = self.n
