@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -219,15 +219,72 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int, baseline_
 
 
 @contextmanager
-def erase_path(variant: str) -> Iterator[None]:
-    """``before``: the erase as it was before four changes (the A/B of them): the lexical
+def erase_path(variant: str, changes: str = "vectors") -> Iterator[None]:
+    """``before``: the erase without ``changes`` (--ab-of): ``vectors``, the vector read model
+    removing an erased agent's rows one at a time (``_forget`` per row; its graphs are dropped
+    first either way, so this "before" is a little faster than the code before that change);
+    ``checkpoint``, the decision snapshot built on the writer thread; ``ewait``, both; ``kmig``,
+    the four changes before those. ``now``: as it is."""
+    if variant == "now":
+        yield
+        return
+    if changes == "kmig":
+        with _before_kmig():
+            yield
+        return
+    with ExitStack() as undone:
+        if changes in ("vectors", "ewait"):
+            undone.enter_context(_vectors_one_by_one())
+        if changes in ("checkpoint", "ewait"):
+            undone.enter_context(_snapshot_on_the_writer())
+        yield
+
+
+@contextmanager
+def _snapshot_on_the_writer() -> Iterator[None]:
+    """The erasure's decision snapshot built on the bus's writer thread, every write waiting."""
+    from memstream.streams.buses import embedded
+    from memstream.streams.decision.state import DecisionState
+
+    class Built:
+        def __init__(self, state: DecisionState) -> None:
+            self.body = state.to_snapshot()
+
+        def to_snapshot(self) -> dict[str, Any]:
+            return self.body
+
+    kept = embedded.capture
+    embedded.capture = Built  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        embedded.capture = kept
+
+
+@contextmanager
+def _vectors_one_by_one() -> Iterator[None]:
+    """The vector read model removing an erased agent's rows one at a time."""
+    from memstream.projections.vectors.projection import VectorProjection
+
+    def vectors_one_by_one(self: VectorProjection, ag: Any, keys: list[int]) -> None:
+        for key in keys:
+            self._forget(ag, key)
+
+    kept_forget_many = VectorProjection._forget_many
+    VectorProjection._forget_many = vectors_one_by_one  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        VectorProjection._forget_many = kept_forget_many  # type: ignore[method-assign]
+
+
+@contextmanager
+def _before_kmig() -> Iterator[None]:
+    """The erase as it was before four changes (``--ab-of kmig``, the A/B of them): the lexical
     index removing an erased agent's rows one at a time (no ``AgentIndex.remove_many``), the
     key store destroying all its keys in one transaction, the decision state forgetting the
     memories one by one (no bulk ``forget_memories``), the sealer dropping an agent's cached
     keys by a pass over every agent's (as its flat cache did); ``now``: as it is."""
-    if variant == "now":
-        yield
-        return
     from memstream.projections.lexical.index import AgentIndex
     from memstream.streams.decision.facts import AgentDecisionState
     from memstream.streams.keys import sqlite as sqlite_keys
@@ -321,9 +378,15 @@ async def main() -> None:
     ap.add_argument(
         "--ab",
         action="store_true",
-        help="Erase twice, each on a store of its own: first as before (the lexical index and the "
-        "decision state dropping rows one by one, the key store destroying every key in one "
-        "transaction, the sealer's cache scanned whole), then as now.",
+        help="Erase twice, each on a store of its own: as before a change (--ab-of) and as now.",
+    )
+    ap.add_argument(
+        "--ab-of",
+        choices=("vectors", "checkpoint", "ewait", "kmig"),
+        default="vectors",
+        help="With --ab: which change 'before' undoes: the vector read model's bulk drop of an erased "
+        "agent's rows (vectors), the decision snapshot built off the writer thread (checkpoint), "
+        "both (ewait), or the four earlier ones (kmig: lexical, decision state, key store, sealer).",
     )
     ap.add_argument("--ab-rounds", type=int, default=1, help="With --ab: rounds, the order alternating by round.")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "erasure.json")
@@ -355,7 +418,7 @@ async def main() -> None:
             erase = {"before": [], "now": []}
             for r in range(a.ab_rounds):  # the order alternates by round
                 for variant in ("before", "now") if r % 2 == 0 else ("now", "before"):
-                    with erase_path(variant):
+                    with erase_path(variant, a.ab_of):
                         one = await erase_big_agent(root / f"{variant}-{r}", a.erase_memories, a.concurrency)
                     one["load_average_after"] = os.getloadavg()
                     erase[variant].append(one)
