@@ -171,7 +171,7 @@ async def complete_pending(
     for rec in pending:
         await complete(worker, models, rec.offset, settle)
         last = max(last, rec.offset)
-    if not pending and models.restored_from is not None and models.restored_from < last:
+    if not pending and models.checkpoint_offset is not None and models.checkpoint_offset < last:
         await settle(last)
         await worker.rewrite_checkpoint(models)  # restored from a checkpoint an erasure outdated
     return len(pending)
