@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 
@@ -38,6 +39,18 @@ async def cfg(request: pytest.FixtureRequest) -> AsyncIterator[KafkaConfig]:
     config = deployment_config(getattr(request.module, "PARTITIONS", 3))
     yield config
     await drop_topics(config.prefix)
+
+
+@pytest.fixture
+def shared_cfg() -> Iterator[KafkaConfig]:
+    """Topics of the test's own (2 partitions) for tests that run no event loop of their own
+    (the key store runs its own), deleted afterwards."""
+    asyncio.run(require_broker())
+    config = deployment_config(2)
+    try:
+        yield config
+    finally:
+        asyncio.run(drop_topics(config.prefix))
 
 
 @pytest.fixture

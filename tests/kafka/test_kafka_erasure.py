@@ -25,7 +25,7 @@ from memstream.streams.keys.kafka import KafkaKeyStore, KeyTopicBounds, keys_top
 from memstream.streams.keys.master import MasterKeyError
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, delete_topics_with_prefix, ensure_topics
 from memstream.streams.log.sealing import Sealer
-from tests.support.broker import deployment_config, drop_topics, require_broker, stop_processes
+from tests.support.broker import require_broker, stop_processes
 from tests.support.broker_faults import LocalBroker
 from tests.support.kafka_commands import all_events, store
 
@@ -37,16 +37,6 @@ FAST = KeyTopicBounds(
     segment_ms=1_000, max_compaction_lag_ms=1_000, delete_retention_ms=1_000, file_delete_delay_ms=500, filler_ms=500
 )
 CLEANER_BACKOFF_MS = 15_000  # the broker's log.cleaner.backoff.ms (not set by kafka-local.sh)
-
-
-@pytest.fixture
-def shared_cfg() -> Iterator[KafkaConfig]:
-    asyncio.run(require_broker())
-    cfg = deployment_config(2)
-    try:
-        yield cfg
-    finally:
-        asyncio.run(drop_topics(cfg.prefix))
 
 
 def test_workers_share_keys_and_see_each_others_destructions(shared_cfg: KafkaConfig) -> None:

@@ -8,7 +8,6 @@ import base64
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -19,23 +18,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from memstream.streams.keys.kafka import KEY_PREFIX, KafkaKeyStore, _wrap, keys_topic
 from memstream.streams.keys.master import MasterKeyError
 from memstream.streams.log.kafka import KafkaConfig
-from tests.support.broker import deployment_config, drop_topics, require_broker
 from tests.support.master_key import TEST_MASTER_KEY
 
 pytestmark = pytest.mark.kafka
 
 CURRENT = base64.b64decode(TEST_MASTER_KEY)  # what tests/kafka/conftest.py gives every process
 NEW = bytes(range(200, 232))
-
-
-@pytest.fixture
-def keys_cfg() -> Iterator[KafkaConfig]:
-    asyncio.run(require_broker())
-    cfg = deployment_config(2)
-    try:
-        yield cfg
-    finally:
-        asyncio.run(drop_topics(cfg.prefix))
 
 
 def rotate(cfg: KafkaConfig, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -66,46 +54,46 @@ def opened_under(cfg: KafkaConfig, master: bytes, ids: list[bytes]) -> list[byte
         store.close()
 
 
-def test_rotation_moves_every_key_to_the_new_master(keys_cfg: KafkaConfig, tmp_path: Path) -> None:
-    made = make_keys(keys_cfg, 5)
-    done = rotate(keys_cfg, "--new-key-file", str(key_file(tmp_path, NEW)))
+def test_rotation_moves_every_key_to_the_new_master(shared_cfg: KafkaConfig, tmp_path: Path) -> None:
+    made = make_keys(shared_cfg, 5)
+    done = rotate(shared_cfg, "--new-key-file", str(key_file(tmp_path, NEW)))
     assert done.returncode == 0, done.stderr
     report = orjson.loads(done.stdout)
-    assert report["keys_rewrapped"] >= 5 and report["keys_topic"] == keys_topic(keys_cfg)
-    assert opened_under(keys_cfg, NEW, [k for k, _ in made]) == [dek for _, dek in made]
+    assert report["keys_rewrapped"] >= 5 and report["keys_topic"] == keys_topic(shared_cfg)
+    assert opened_under(shared_cfg, NEW, [k for k, _ in made]) == [dek for _, dek in made]
     with pytest.raises(MasterKeyError):
-        KafkaKeyStore(keys_cfg, CURRENT)
+        KafkaKeyStore(shared_cfg, CURRENT)
 
 
-def test_a_rotation_stopped_part_way_is_finished_by_running_it_again(keys_cfg: KafkaConfig, tmp_path: Path) -> None:
-    made = make_keys(keys_cfg, 4)
+def test_a_rotation_stopped_part_way_is_finished_by_running_it_again(shared_cfg: KafkaConfig, tmp_path: Path) -> None:
+    made = make_keys(shared_cfg, 4)
 
     async def rewrap_half_without_check() -> None:
         # What a rotation killed mid-batch leaves: some keys wrapped under the new master, the
         # check value still the old one's.
-        producer = AIOKafkaProducer(bootstrap_servers=keys_cfg.bootstrap, acks="all")
+        producer = AIOKafkaProducer(bootstrap_servers=shared_cfg.bootstrap, acks="all")
         await producer.start()
         try:
             for key_id, dek in made[:2]:
                 await producer.send_and_wait(
-                    keys_topic(keys_cfg), _wrap(AESGCM(NEW), key_id, dek), key=KEY_PREFIX + key_id
+                    keys_topic(shared_cfg), _wrap(AESGCM(NEW), key_id, dek), key=KEY_PREFIX + key_id
                 )
         finally:
             await producer.stop()
 
     asyncio.run(rewrap_half_without_check())
     with pytest.raises(MasterKeyError, match="does not open under this master key"):
-        opened_under(keys_cfg, CURRENT, [made[0][0]])  # the store opens; that key does not
+        opened_under(shared_cfg, CURRENT, [made[0][0]])  # the store opens; that key does not
 
-    done = rotate(keys_cfg, "--new-key-file", str(key_file(tmp_path, NEW)))
+    done = rotate(shared_cfg, "--new-key-file", str(key_file(tmp_path, NEW)))
     assert done.returncode == 0, done.stderr
-    assert opened_under(keys_cfg, NEW, [k for k, _ in made]) == [dek for _, dek in made]
+    assert opened_under(shared_cfg, NEW, [k for k, _ in made]) == [dek for _, dek in made]
 
 
-def test_refusals_say_what_is_missing(keys_cfg: KafkaConfig, tmp_path: Path) -> None:
-    make_keys(keys_cfg, 1)
-    no_file = rotate(keys_cfg)
+def test_refusals_say_what_is_missing(shared_cfg: KafkaConfig, tmp_path: Path) -> None:
+    make_keys(shared_cfg, 1)
+    no_file = rotate(shared_cfg)
     assert no_file.returncode == 2 and "--new-key-file" in no_file.stderr
-    same = rotate(keys_cfg, "--new-key-file", str(key_file(tmp_path, CURRENT)))
+    same = rotate(shared_cfg, "--new-key-file", str(key_file(tmp_path, CURRENT)))
     assert same.returncode == 1 and "nothing to rotate" in same.stderr
-    assert opened_under(keys_cfg, CURRENT, []) == []  # still the current key's topic
+    assert opened_under(shared_cfg, CURRENT, []) == []  # still the current key's topic
