@@ -54,6 +54,7 @@ from memstream.streams.folding import freeze_long_lived
 from memstream.streams.keys.kafka import kafka_master_key
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics, opened
 from memstream.streams.log.port import Committed, partition_for
+from memstream.streams.log.sealing import ERASURE_TYPES
 from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,12 @@ T = TypeVar("T")
 # answer for its own partitions only.
 ROUTER_TOOLS = frozenset({"check_health"}) | TRANSFER_TOOLS
 PENDING_DEADLINE_S = 3600.0  # how long completing a previous owner's erasures waits for the fold
+
+
+def fold_new(models: PartitionModels, events: Sequence[NewEvent]) -> None:
+    """Fold events the decider just appended into the partition's read models, in order."""
+    for e in events:
+        models.apply(e.offset, e.value, e.vector)
 
 
 class Worker:
@@ -340,10 +347,16 @@ class Worker:
             return
         plan = plan_feed(models.offset, [e.offset for e in events])
         if plan.count:
+            todo = events[plan.start : plan.stop]
             async with models.lock:
                 try:
-                    for e in events[plan.start : plan.stop]:
-                        models.apply(e.offset, e.value, e.vector)
+                    if any(e.type in ERASURE_TYPES for e in todo):
+                        # An erasure drops every row it names (seconds for a large agent): folded
+                        # on a thread, so calls for the other partitions go on meanwhile; this
+                        # partition's reads wait on its lock, as for any fold.
+                        await asyncio.to_thread(fold_new, models, todo)
+                    else:
+                        fold_new(models, todo)
                 except Exception:
                     self._tail_takes(models)  # the topic holds these events: retry them from there
                     raise
