@@ -25,7 +25,7 @@ from memstream.streams.keys.kafka import KafkaKeyStore, KeyTopicBounds, keys_top
 from memstream.streams.keys.master import MasterKeyError
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, delete_topics_with_prefix, ensure_topics
 from memstream.streams.log.sealing import Sealer
-from tests.support.broker import require_broker, stop_processes
+from tests.support.broker import BOOTSTRAP, require_broker, stop_processes
 from tests.support.broker_faults import LocalBroker
 from tests.support.kafka_commands import all_events, store
 
@@ -267,10 +267,10 @@ def test_kafka_mode_refuses_to_start_without_a_master_key(command: list[str], tm
     each says which variables to set (before it creates or reads anything)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
     env["MEMSTREAM_DATA_DIR"] = str(tmp_path)
-    args = [sys.executable, "-m", "memstream.api.cli", *command, "--kafka", "127.0.0.1:9092", "--prefix",
+    args = [sys.executable, "-m", "memstream.api.cli", *command, "--kafka", BOOTSTRAP, "--prefix",
             "memstream-it-nokey-never-created", "--partitions", "1"]  # fmt: skip
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode != 0
     assert "Kafka mode needs a master key: set MEMSTREAM_MASTER_KEY" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert asyncio.run(delete_topics_with_prefix("127.0.0.1:9092", "memstream-it-nokey-never-created")) == []
+    assert asyncio.run(delete_topics_with_prefix(BOOTSTRAP, "memstream-it-nokey-never-created")) == []

@@ -26,6 +26,7 @@ from memstream.streams.keys.kafka import KeyTopicBounds, keys_topic
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics, matching
 from memstream.streams.log.port import partition_for
 from memstream.streams.log.sealing import is_sealed
+from tests.support.broker import local_broker_logs
 from tests.support.deployment import Deployment
 from tests.support.digests import live_digests
 from tests.support.embedders import HashEmbedder
@@ -44,7 +45,7 @@ FAST = KeyTopicBounds(
     segment_ms=1_000, max_compaction_lag_ms=1_000, delete_retention_ms=1_000, file_delete_delay_ms=500, filler_ms=500
 )
 CLEANER_BACKOFF_MS = 15_000  # the broker's log.cleaner.backoff.ms (not set by kafka-local.sh)
-BROKER_LOGS = Path("/tmp/memstream-kafka-9092/kraft-logs")  # infra/kafka-local.sh's default
+BROKER_LOGS = local_broker_logs()  # the test broker infra/kafka-local.sh runs for this bootstrap
 
 
 def needles(text: str) -> list[bytes]:

@@ -15,6 +15,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +38,14 @@ def _bootstrap_hosts() -> list[tuple[str, int]]:
         host, _, port = part.strip().rpartition(":")
         hosts.append((host.strip("[]") or "127.0.0.1", int(port or 9092)))
     return hosts
+
+
+def local_broker_logs() -> Path:
+    """The log directory of the broker infra/kafka-local.sh started for BOOTSTRAP on this
+    machine (its data directory follows the port, or ``MEMSTREAM_KAFKA_DATA``): where tests that
+    scan the broker's segment files look."""
+    data = os.environ.get("MEMSTREAM_KAFKA_DATA") or f"/tmp/memstream-kafka-{_bootstrap_hosts()[0][1]}"
+    return Path(data) / "kraft-logs"
 
 
 async def _probe() -> str | None:
