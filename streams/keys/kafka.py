@@ -30,6 +30,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaError
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -385,11 +386,26 @@ class KafkaKeyStore:
                     for _ in range(POOL)
                 ]
                 records = [(KEY_PREFIX + k, _wrap(self._master, k, dek)) for k, dek in fresh]
-                self._call(self._send_many(records))  # durable (all in-sync replicas) before use
+                self._send_until_acknowledged(records)  # durable (all in-sync replicas) before use
                 with self._state:
                     self._wrapped.update((k[len(KEY_PREFIX) :], v) for k, v in records)
                 self._pool = fresh
             return self._pool.pop()
+
+    def _send_until_acknowledged(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Send new keys, again after a produce that failed (a broker frozen past the producer's
+        request timeout), until ``CALL_TIMEOUT_S`` has passed: a write waits for its key as it
+        would for its event's append, instead of failing the decider at the first timeout.
+        Sending a record again is harmless: the same key id with the same wrapped key."""
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        while True:
+            try:
+                self._call(self._send_many(records), timeout=max(1.0, deadline - time.monotonic()))
+                return
+            except (KafkaError, KeysUnavailable) as exc:
+                if time.monotonic() >= deadline:
+                    raise KeysUnavailable(f"the keys topic {self.topic} did not take new keys: {exc}") from exc
+                time.sleep(0.5)  # the broker is away: ask again shortly, within the deadline
 
     def destroy_ids(self, key_ids: Sequence[bytes]) -> int:
         with self._state:
