@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memstream.streams.keys.kafka import KafkaKeyStore, KafkaTarget, KeyTopicBounds, kafka_master_key
 from memstream.streams.keys.master import (
     ENV_FILE,
     ENV_KEY,
@@ -25,6 +24,9 @@ from memstream.streams.keys.master import (
     write_key_file,
 )
 from memstream.streams.keys.sqlite import SqliteKeyStore
+
+if TYPE_CHECKING:  # the Kafka key store (and aiokafka) loads only for a Kafka rotation
+    from memstream.streams.keys.kafka import KafkaTarget
 
 NEXT_SUFFIX = ".next"
 KEYS_NAME = "keys.db"
@@ -88,6 +90,8 @@ def rotate_kafka_master_key(
     deployment (``MEMSTREAM_MASTER_KEY`` or ``_FILE``), which the operator then replaces with the
     new one everywhere. A rotation stopped part way is finished by running it again with the
     current key."""
+    from memstream.streams.keys.kafka import KafkaKeyStore, KeyTopicBounds, kafka_master_key
+
     current, where = kafka_master_key(os.environ)
     new = parse_master_key(new_key_file.read_text(), str(new_key_file))
     if new == current:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import httpx
 import numpy as np
 import orjson
 
 from .errors import EmbeddingError
+
+if TYPE_CHECKING:
+    import httpx  # imported when a client is made: a server on a local model never loads it
 
 __all__ = ["MAX_BATCH", "HttpEmbedder"]
 
@@ -74,6 +77,8 @@ class HttpEmbedder:
         self.batch_size = max(1, min(MAX_BATCH, batch_size))
         read = timeout if timeout is not None else _env_float("MEMSTREAM_EMBEDDING_TIMEOUT", 60.0)
         connect = connect_timeout if connect_timeout is not None else min(5.0, read)
+        import httpx
+
         self._client = httpx.Client(
             timeout=httpx.Timeout(read, connect=connect),
             headers={"content-type": "application/json", "accept": "application/json"},
@@ -115,6 +120,8 @@ class HttpEmbedder:
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
     def _post(self, texts: list[str]) -> np.ndarray:
+        import httpx
+
         try:
             resp = self._client.post(self.url, content=orjson.dumps({"texts": texts}))
         except httpx.TimeoutException as exc:
