@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
+import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -43,12 +45,15 @@ from memstream.streams.log.port import LogRecord
 DEFAULT_BUFFER = 1000  # events a subscriber may fall behind before it is cut off
 READ_BATCH = 256  # below DEFAULT_BUFFER: one read never cuts off a subscriber that keeps up
 POLL_SECONDS = 0.5  # how soon another process's appends are seen (this process's: at once)
-# The reader reads at most once per this interval (at once when the last read was longer ago):
-# each subscriber's cost is per batch (a wake-up and a socket write), so under a write storm
-# commits close together go out as one batch, for at most this much latency; a quiet feed adds
-# none. 50 ms halves the writes (and the subscribers' reads) but, measured on a loaded machine,
-# doubled the store->delivered p99 past the 100 ms goal (docs/benchmarks.md, "Change feed").
+# Under a write storm the reader reads at most once per interval (at once when the last read was
+# longer ago, so a quiet feed adds no latency): each subscriber costs a wake-up and a socket write
+# per batch, so the interval decides what the fan-out costs the writers. ``ReadPacer`` sets it
+# (docs/feed.md, "Cost"): long enough that fanning out takes at most FANOUT_SHARE of the time,
+# never below the floor (MEMSTREAM_FEED_INTERVAL_SECONDS) and, unless the floor is higher, never
+# above MAX_READ_INTERVAL_S, so delivery stays within the 100 ms goal (docs/benchmarks.md).
 MIN_READ_INTERVAL_S = 0.025
+MAX_READ_INTERVAL_S = 0.085
+FANOUT_SHARE = 0.025
 
 
 class FeedLog(Protocol):
@@ -321,6 +326,55 @@ class Subscription:
         self._ready.set()
 
 
+class ReadPacer:
+    """When the feed's reader may read again: the interval grows with what a fan-out costs.
+
+    ``fanned_out`` measures each fan-out (offering a batch and the woken subscribers' writes,
+    which grow with their number); ``cost`` is the median of the last few, so a fan-out that the
+    machine's other work stretched moves nothing. The interval is that cost over ``share``
+    (writing at most that share of the time), held between ``floor`` and ``cap`` (the floor wins
+    when it is the higher: a fixed interval). ``clock``: seconds, monotonic."""
+
+    WINDOW = 9  # fan-outs the cost is the median of
+
+    def __init__(
+        self,
+        floor: float = MIN_READ_INTERVAL_S,
+        *,
+        cap: float = MAX_READ_INTERVAL_S,
+        share: float = FANOUT_SHARE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if floor < 0 or cap < 0 or not 0 < share <= 1:
+            raise ValueError("a read interval's floor and cap are 0 or more, the share in (0, 1]")
+        self.floor = floor
+        self.cap = cap
+        self.share = share
+        self.clock = clock
+        self.cost = 0.0  # seconds a fan-out takes (0 until one is measured)
+        self._spent: deque[float] = deque(maxlen=self.WINDOW)
+        self._last_read: float | None = None
+
+    @property
+    def interval(self) -> float:
+        return max(self.floor, min(self.cap, self.cost / self.share))
+
+    def delay(self) -> float:
+        """Seconds to wait before reading (0: read now, as after a quiet spell)."""
+        if self._last_read is None:
+            return 0.0
+        return max(0.0, self._last_read + self.interval - self.clock())
+
+    def reading(self) -> None:
+        """A read starts now: the next may start an interval later."""
+        self._last_read = self.clock()
+
+    def fanned_out(self, started: float) -> None:
+        """A fan-out that began at ``started`` (by ``clock``) has ended."""
+        self._spent.append(max(0.0, self.clock() - started))
+        self.cost = statistics.median(self._spent)
+
+
 @dataclass(eq=False)
 class Feed:
     """The fan-out of one engine's log (see the module docstring)."""
@@ -334,6 +388,10 @@ class Feed:
     _signal: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
     _closed: bool = False
+    pacer: ReadPacer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pacer = ReadPacer(self.min_read_interval_s)
 
     def subscribe(
         self,
@@ -411,25 +469,29 @@ class Feed:
 
     async def _run(self) -> None:
         everything = FeedFilter()
-        loop = asyncio.get_running_loop()
-        last_read = 0.0
+        pacer = self.pacer
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._signal.wait(), self.poll_seconds)
-            wait = last_read + self.min_read_interval_s - loop.time()
-            if self._next is not None and wait > 0:
-                await asyncio.sleep(wait)
-            last_read = loop.time()
+            if self._next is not None and (delay := pacer.delay()) > 0:
+                await asyncio.sleep(delay)
+            pacer.reading()
             self._signal.clear()
             while (start := self._next) is not None:
                 records, items = await self._read(start, None, everything)
                 if self._next != start:
                     continue  # everyone left (or the reader was re-aimed) meanwhile: drop the batch
+                started = pacer.clock()
                 if items:
                     batch = FeedBatch(items)  # one object, its bytes joined once, for every subscriber
                     for sub in list(self._subs):
                         sub._offer(batch)
                 if records:
                     self._next = records[-1].offset + 1 if self._subs else None
+                if items:
+                    # the subscribers woken above run (and write) before this task resumes: what
+                    # the fan-out cost, measured where it is paid, the event loop's time
+                    await asyncio.sleep(0)
+                    pacer.fanned_out(started)
                 if len(records) < self.batch:
                     break

@@ -59,8 +59,9 @@ class Settings(BaseModel):
     feed_keepalive_s: float = Field(default=15.0, gt=0, le=15)
     feed_buffer: int = Field(default=1_000, ge=1, le=1_000_000)
     feed_send_timeout_s: float = Field(default=30.0, gt=0)
-    # The embedded feed reads the log at most this often under a write storm, so one write to each
-    # subscriber carries that moment's commits: longer means fewer writes and later delivery.
+    # The floor of the embedded feed's read interval: under a write storm one write to each
+    # subscriber carries that moment's commits; the interval grows with the subscribers up to
+    # 85 ms, and a floor above that is the interval (docs/feed.md, "Cost").
     feed_interval_s: float = Field(default=0.025, ge=0, le=1)
 
     # -- recall (CPersona's knobs, MEMSTREAM_ prefix) --------------------------------------

@@ -247,10 +247,14 @@ async def test_memstream_tail_follow_still_prints_new_events(server: ServerThrea
 
 
 def test_the_read_interval_is_a_setting(tmp_path: Path) -> None:
-    """MEMSTREAM_FEED_INTERVAL_SECONDS reaches the engine's fan-out; out of range is refused."""
+    """MEMSTREAM_FEED_INTERVAL_SECONDS reaches the engine's fan-out as the read interval's floor
+    (above the rule's cap: the interval, fixed); out of range is refused."""
     env = {"MEMSTREAM_FEED_INTERVAL_SECONDS": "0.2"}
     settings = load_settings(env=env, data_dir=tmp_path / "data", sync="NORMAL")
-    assert EmbeddedEngine(settings, embedder=HashEmbedder()).feed.min_read_interval_s == 0.2
-    assert load_settings(env={}, data_dir=tmp_path / "d2").feed_interval_s == 0.025
+    pacer = EmbeddedEngine(settings, embedder=HashEmbedder()).feed.pacer
+    assert pacer.floor == 0.2 and pacer.interval == 0.2
+    default = load_settings(env={}, data_dir=tmp_path / "d2")
+    assert default.feed_interval_s == 0.025
+    assert EmbeddedEngine(default, embedder=HashEmbedder()).feed.pacer.floor == 0.025
     with pytest.raises(SettingsError, match="MEMSTREAM_FEED_INTERVAL_SECONDS"):
         load_settings(env={"MEMSTREAM_FEED_INTERVAL_SECONDS": "5"}, data_dir=tmp_path / "d3")
