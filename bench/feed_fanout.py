@@ -1,9 +1,10 @@
 """The change feed under load (issue 18): store throughput with and without 100 SSE subscribers
 connected, the store -> delivered latency, and what the fan-out costs in CPU.
 
-    python bench/feed_fanout.py                          # embedders none and default, 3 rounds
+    python bench/feed_fanout.py                          # embedders none and default, 5 rounds
     python bench/feed_fanout.py --embedder default       # one embedder
     python bench/feed_fanout.py --before-code /tmp/old   # and another checkout's server, alternating
+    python bench/feed_fanout.py --before-rev 65707da     # the same, that commit's code (git archive)
     python bench/feed_fanout.py --quick                  # a smoke run (not saved)
 
 The server is the real ``memstream serve`` (embedded log), once per embedder: ``none`` (the
@@ -17,21 +18,26 @@ on the same cores, not the server's cost) is measured apart from the server's an
 Phases alternate on the same server, without and with the subscribers connected, and the ratio
 is taken per pair. With ``--before-code DIR`` (a directory holding another checkout's
 ``memstream`` package, as bench/restart.py takes it) that code's server runs too, its pairs
-interleaved with this code's, so a before/after is measured under the same load.
+interleaved with this code's, so a before/after is measured under the same load; ``--before-rev
+REV`` lays out that commit's code so (in a temporary directory).
 
 Latency: for each store, from the writer's receipt of its answer (the ack) to a sampled
 subscriber's receipt of its event (it can be negative: the event may reach a subscriber before
 the answer reaches the writer), and from the moment the store was sent. CPU (/proc, user +
 system): the server's per store, over the writes and, with subscribers, until the sampled
 subscribers have every event; the readers' process per store over the same span; the writers'.
-Every subscriber counts what it receives; a cut-off is counted. The JSON (one entry per run in
-``--out``) holds the load average, the config, each phase's figures and a summary per variant.
+Every subscriber counts what it receives; a cut-off is counted. Each also counts its socket
+reads: per second of writing (the median subscriber), about the fan-outs a second, so
+``fanout_interval_ms`` shows the read interval the server's rule chose (docs/feed.md, "Cost").
+The JSON (one entry per run in ``--out``) holds the load average, the config, each phase's
+figures and a summary per variant.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import platform
@@ -40,6 +46,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -75,6 +82,7 @@ class Subscriber(asyncio.Protocol):
         self.connected = connected
         self.events = 0
         self.cutoffs = 0
+        self.chunks = 0  # socket reads of the body: about one per fan-out
         self.seen: dict[tuple[int, int], float] = {}
         self.head = b""  # the response head until it is complete
         self.tail = b""  # the last bytes of the previous chunk (a pattern may straddle chunks)
@@ -96,6 +104,7 @@ class Subscriber(asyncio.Protocol):
                 return
             self.connected.set_result(None)
             data = self.head[end + 2 :]  # from the CRLF before the body: a first "\nid: " counts
+        self.chunks += 1
         # each pattern is counted in the chunk plus the bytes of the last one that could begin it
         # (one byte fewer than the pattern, so no match is counted twice)
         joined = self.tail + data
@@ -140,6 +149,7 @@ async def readers_main(port: int, count: int, sampled: int) -> None:
     report = {
         "cpu_s": t.user + t.system,
         "events_min": min(s.events for s in subs),
+        "chunks_median": statistics.median(s.chunks for s in subs),
         "cutoffs": sum(s.cutoffs for s in subs),
         "seen": [[[k[0], k[1], v] for k, v in s.seen.items() if k[0] // 1000 == phase] for s in sampled_subs],
     }
@@ -281,6 +291,9 @@ async def phase_run(server: FeedServer, args: argparse.Namespace, phase: int, wi
             delivered_p50_ms_from_send=pct(from_send, 0.5) if from_send else None,
             delivered_p99_ms_from_send=pct(from_send, 0.99) if from_send else None,
             sampled_missing=sum(len(acked) - len(s) for s in seen),
+            fanout_interval_ms=round(1000 * result["seconds"] / report["chunks_median"], 1)
+            if report["chunks_median"]
+            else None,
             cutoffs=report["cutoffs"],
             events_received_min=report["events_min"],
         )
@@ -305,6 +318,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "server_cpu_ms_per_store_without_median": med("server_cpu_ms_per_store", "without"),
         "server_cpu_ms_per_store_with_median": med("server_cpu_ms_per_store", "with"),
         "readers_cpu_ms_per_store_median": med("readers_cpu_ms_per_store", "with"),
+        "fanout_interval_ms_median": round(statistics.median(r["with"]["fanout_interval_ms"] or 0 for r in rows), 1),
+        "load_avg_1m_median": round(statistics.median(r["load_avg_1m"] for r in rows), 2),
         "cutoffs": sum(r["with"]["cutoffs"] for r in rows),
         "sampled_missing": sum(r["with"]["sampled_missing"] for r in rows),
         "goal_ratio_met": ratio >= GOAL_RATIO,
@@ -350,6 +365,29 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def checkout(rev: str) -> Path:
+    """``rev``'s code as an importable ``memstream`` package in a temporary directory (the
+    folders setup.py maps, from ``git archive``), for ``--before-code``."""
+    root = Path(tempfile.mkdtemp(prefix="ms-feed-before-"))
+    tree = root / "tree"
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev, "streams", "projections", "api"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    tree.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(tree, filter="data")
+    package = root / "memstream"
+    package.mkdir()
+    folders = {"streams": "streams", "projections": "projections", "api": "api"}
+    folders.update(client="api/client", integrations="api/integrations")  # as setup.py installs them
+    for name, folder in folders.items():
+        if (tree / folder).is_dir():
+            (package / name).symlink_to(tree / folder, target_is_directory=True)
+    return root
+
+
 def main() -> None:
     if len(sys.argv) == 5 and sys.argv[1] == "--readers":
         # uvloop (a dependency, as the server's loop): its reads reach data_received from C
@@ -361,9 +399,10 @@ def main() -> None:
     p.add_argument("--sampled", type=int, default=10, help="subscribers that time each event (all count)")
     p.add_argument("--writers", type=int, default=8)
     p.add_argument("--per-writer", type=int, default=None, help="stores per writer and phase (default: by embedder)")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--sync", default="FULL", choices=["FULL", "NORMAL"])
     p.add_argument("--before-code", type=Path, default=None, help="another checkout's memstream, run alternately")
+    p.add_argument("--before-rev", default=None, help="a commit whose code runs alternately (as --before-code)")
     p.add_argument("--interval", type=float, default=None, help="MEMSTREAM_FEED_INTERVAL_SECONDS for the servers")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "feed_fanout.json")
@@ -374,9 +413,17 @@ def main() -> None:
     if args.quick:
         args.subscribers, args.rounds = 20, 1
         args.per_writer = args.per_writer or 50
+    if args.before_rev is not None:
+        if args.before_code is not None:
+            p.error("--before-code or --before-rev, not both")
+        args.before_code = checkout(args.before_rev)
     started = time.monotonic()
     load_before = os.getloadavg()
-    result = asyncio.run(run(args))
+    try:
+        result = asyncio.run(run(args))
+    finally:
+        if args.before_rev is not None:
+            shutil.rmtree(args.before_code, ignore_errors=True)
     out = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {
