@@ -16,6 +16,7 @@ from memstream.api.services.settings import Settings, load_settings
 from tests.support.embedders import HashEmbedder
 from tests.support.embedding import ENV_VARS
 from tests.support.faces import HttpFace, McpFace
+from tests.support.proc_logs import failure_sections
 from tests.support.servers import ServerThread
 
 
@@ -28,6 +29,15 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in ("MEMSTREAM_KAFKA_BOOTSTRAP", "MEMSTREAM_KAFKA_PREFIX", "MEMSTREAM_KAFKA_PARTITIONS",
                  "MEMSTREAM_KAFKA_REPLICATION"):  # fmt: skip
         os.environ.pop(name, None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed Kafka test's report shows the tails of its deployment's process logs."""
+    report = yield
+    if report.failed and item.get_closest_marker("kafka") is not None:
+        report.sections.extend(failure_sections())
+    return report
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from memstream.streams.log.kafka import KafkaConfig
 from tests.support.broker import deployment_config, drop_topics, require_broker, stop_processes
 from tests.support.faces import HttpFace, McpFace
 from tests.support.master_key import with_master_key
+from tests.support.proc_logs import ProcessLogs
 from tests.support.servers import free_port
 
 PROCS = Path(__file__).resolve().parents[1] / "procs"
@@ -32,21 +33,35 @@ async def until_every_partition_owned(
     headers: dict[str, str] | None = None,
     procs: Sequence[subprocess.Popen[Any]] = (),
     log: Path | None = None,
+    logs: ProcessLogs | None = None,
     also: Callable[[dict[str, Any]], bool] = lambda health: True,
 ) -> None:
     """Poll the router at ``url`` until its ``/health`` shows an owner for every partition (and
-    ``also`` holds of it); fail at the deadline, or at once when one of ``procs`` has exited
-    (with ``log``'s text)."""
-    async with asyncio.timeout(timeout_s), httpx.AsyncClient(headers=headers) as client:
-        while True:
-            try:
-                r = await client.get(f"{url}/health")
-                if r.status_code == 200 and r.json()["partitions_with_owner"] == partitions and also(r.json()):
-                    return
-            except httpx.TransportError:
-                pass
-            assert all(p.poll() is None for p in procs), log.read_text() if log is not None else "a process exited"
-            await asyncio.sleep(0.2)  # the poll's step; the timeout bounds the wait
+    ``also`` holds of it); fail at the deadline, or at once when one of ``procs`` (or of
+    ``logs``) has exited, with ``log``'s text or the tails of ``logs``."""
+    watched = [*procs, *(item.proc for item in logs.logged)] if logs is not None else list(procs)
+
+    def why() -> str:
+        if logs is not None:
+            return logs.summary()
+        return log.read_text() if log is not None else ""
+
+    last: object = "no answer"
+    try:
+        async with asyncio.timeout(timeout_s), httpx.AsyncClient(headers=headers) as client:
+            while True:
+                try:
+                    r = await client.get(f"{url}/health")
+                    last = r.json() if r.status_code == 200 else f"{r.status_code} {r.text[:200]}"
+                    if r.status_code == 200 and r.json()["partitions_with_owner"] == partitions and also(r.json()):
+                        return
+                except httpx.TransportError as exc:
+                    last = repr(exc)
+                assert all(p.poll() is None for p in watched), f"a process exited\n{why()}"
+                await asyncio.sleep(0.2)  # the poll's step; the timeout bounds the wait
+    except TimeoutError:
+        message = f"not every partition owned within {timeout_s:.0f} s; last /health: {last}"
+        raise AssertionError(f"{message}\n{why()}") from None
 
 
 class Deployment:
@@ -56,6 +71,7 @@ class Deployment:
         self.cfg = cfg
         self.procs: list[subprocess.Popen[bytes]] = []
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.logs = ProcessLogs("deployment")
         self.port = free_port()
         self.kafka_args = [
             "--kafka", cfg.bootstrap, "--prefix", cfg.prefix,
@@ -64,7 +80,7 @@ class Deployment:
 
     def worker(self) -> subprocess.Popen[bytes]:
         args = [sys.executable, str(PROCS / "kafka_worker.py"), *self.kafka_args, "--session-timeout", "6"]
-        proc = subprocess.Popen(args, env=with_master_key(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = self.logs.popen("worker", args, with_master_key())
         self.procs.append(proc)
         self.workers.append(proc)
         return proc
@@ -73,8 +89,7 @@ class Deployment:
         """Start the router; ``env``: variables of its own (e.g. ``MEMSTREAM_EXPORT_DIR``)."""
         args = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", *self.kafka_args]
         args += ["--port", str(self.port)]
-        proc = subprocess.Popen(args, env=with_master_key(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.procs.append(proc)
+        self.procs.append(self.logs.popen("router", args, with_master_key(env)))
 
     @property
     def url(self) -> str:
@@ -90,10 +105,15 @@ class Deployment:
             workers = sum(w.poll() is None for w in self.workers)
             return bool(health["stats"]["workers_answering"] >= min(workers, self.cfg.partitions))
 
-        await until_every_partition_owned(self.url, self.cfg.partitions, timeout_s=timeout_s, also=every_worker_answers)
+        await until_every_partition_owned(
+            self.url, self.cfg.partitions, timeout_s=timeout_s, logs=self.logs, also=every_worker_answers
+        )
 
     def stop(self) -> None:
-        stop_processes(self.procs)
+        try:
+            stop_processes(self.procs)
+        finally:
+            self.logs.close()
 
 
 @contextmanager
@@ -105,30 +125,18 @@ def shared_deployment() -> Iterator[str]:
     kafka_args = ["--kafka", cfg.bootstrap, "--prefix", cfg.prefix, "--partitions", "16"]
     kafka_args += ["--replication", str(cfg.replication)]
     port = free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(PROCS / "kafka_worker.py"), *kafka_args],
-            env=with_master_key(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(2)
-    ]
-    procs.append(
-        subprocess.Popen(
-            [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", *kafka_args,
-             "--port", str(port)],
-            env=with_master_key(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    )  # fmt: skip
+    worker = [sys.executable, str(PROCS / "kafka_worker.py"), *kafka_args]
+    router = [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", *kafka_args]
+    logs = ProcessLogs("shared-deployment")
+    procs = [logs.popen("worker", worker, with_master_key()) for _ in range(2)]
+    procs.append(logs.popen("router", [*router, "--port", str(port)], with_master_key()))
     url = f"http://127.0.0.1:{port}"
     try:
-        asyncio.run(until_every_partition_owned(url, cfg.partitions))
+        asyncio.run(until_every_partition_owned(url, cfg.partitions, logs=logs))
         yield url
     finally:
         stop_processes(procs)
+        logs.close()
         asyncio.run(drop_topics(cfg.prefix))
 
 
