@@ -7,6 +7,7 @@ embed an agent's stores and queries with that agent's model (see ``embedder_for`
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,6 +17,8 @@ from memstream.api.services.embed_batcher import EmbedBatcher
 from memstream.api.services.embedding import Embedder, EmbeddingError, load_embedder, load_local_embedder
 from memstream.api.services.settings import Settings
 from memstream.streams.events import Embedding
+
+log = logging.getLogger(__name__)
 
 
 class Embedders:
@@ -40,6 +43,17 @@ class Embedders:
         if self._embedder is None:
             self._embedder = load_embedder(url=self.settings.embedding_url, name=self.settings.embedder)
         return self._embedder
+
+    def preload(self) -> None:
+        """Load the configured model now (a start does it while the checkpoints load). One
+        that cannot load is logged, not fatal: its calls fail as ``embedding_unavailable`` and
+        retry the load, as they did when the first call loaded it."""
+        if not self.enabled:
+            return
+        try:
+            self.default  # noqa: B018 (a local model's session; an HTTP client, without a request)
+        except Exception as exc:  # the first call that needs it raises it again, as before
+            log.warning("the embedder did not load at start-up (%s); calls that need it will retry", exc)
 
     def embedder_for(self, model: str | None) -> Embedder:
         """The embedder producing vectors of ``model`` (None: the configured one).

@@ -103,8 +103,15 @@ class EmbeddedEngine(NamedModels):
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        await self.bus.start()
-        restored = await loop.run_in_executor(None, self._restore_projections)
+        # The configured model loads on a thread while the checkpoints load (its import and
+        # session creation are ~0.75 CPU s, mostly outside the GIL), so the first store or
+        # recall does not pay it and /health answers only once it is loaded.
+        model = loop.run_in_executor(None, self.embedders.preload)
+        try:
+            await self.bus.start()
+            restored = await loop.run_in_executor(None, self._restore_projections)
+        finally:
+            await model
         self._started = True
         # A crash after an erasure's event was appended (keys not yet destroyed, checkpoints
         # not yet rewritten) is completed here, before anything is served.
