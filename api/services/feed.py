@@ -53,7 +53,7 @@ POLL_SECONDS = 0.5  # how soon another process's appends are seen (this process'
 # above MAX_READ_INTERVAL_S, so delivery stays within the 100 ms goal (docs/benchmarks.md).
 MIN_READ_INTERVAL_S = 0.025
 MAX_READ_INTERVAL_S = 0.085
-FANOUT_SHARE = 0.025
+FANOUT_SHARE = 0.02
 
 
 class FeedLog(Protocol):
