@@ -19,8 +19,9 @@ from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
 from memstream.streams.decision.limits import Limits
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, decode
-from memstream.streams.log.kafka import Appended, KafkaLog, KafkaLogError, OutRecord
+from memstream.streams.log.kafka import Appended, KafkaLog, KafkaLogError, OutRecord, opened
 from memstream.streams.log.port import Committed, LogUnavailable
+from memstream.streams.log.sealed_keys import KeyScopes, Named
 
 log = logging.getLogger(__name__)
 
@@ -53,35 +54,55 @@ class Incoming:
     headers: Any
 
 
-async def fold_partition(kafka: KafkaLog, partition: int) -> DecisionState:
-    """The decision state of one partition, folded from its events and audit records."""
+async def fold_partition(kafka: KafkaLog, partition: int, keys: KeyScopes | None = None) -> DecisionState:
+    """The decision state of one partition, folded from its events and audit records; ``keys``
+    folds which key seals what from the same records as stored (no second read)."""
     cfg = kafka.cfg
     state = DecisionState(cfg.partitions)
     audits = []
     start = 0
     while True:
-        chunk = await kafka.read_records(cfg.audit_topic, partition, start, limit=RESTORE_CHUNK)
+        chunk = await kafka.read_records(cfg.audit_topic, partition, start, limit=RESTORE_CHUNK, raw=True)
         for rec in chunk:
             after = int(dict(rec.headers).get("after_event", b"-1"))
             audits.append((rec.offset, after, rec.value or b""))
         if len(chunk) < RESTORE_CHUNK:
             break
         start = chunk[-1].offset + 1
+    opener = kafka.opener
+
+    def open_value(value: bytes) -> bytes:
+        return value if opener is None or not value else opener.open(partition, value, None)[0]
+
     i = 0
     start = 0
     while True:
-        events = await kafka.read(partition, start, limit=RESTORE_CHUNK, vectors=False)
+        events = await kafka.read_records(
+            cfg.events_topic, partition, start, limit=RESTORE_CHUNK, raw=True, vectors=False
+        )
         for ev in events:
             while i < len(audits) and audits[i][1] < ev.offset:
-                state.apply_audit(audits[i][0], decode(audits[i][2]))
+                _fold_stored_audit(state, keys, audits[i], open_value)
                 i += 1
-            state.apply_event(ev.offset, decode(ev.value))
+            value = ev.value or b""
+            if keys is not None:
+                keys.event(ev.offset, dict(ev.headers).get("type", b"").decode(), value)
+            state.apply_event(ev.offset, decode(opened(ev, opener, vectors=False).value or b""))
         if len(events) < RESTORE_CHUNK:
             break
         start = events[-1].offset + 1
-    for offset, _, value in audits[i:]:
-        state.apply_audit(offset, decode(value))
+    for audit in audits[i:]:
+        _fold_stored_audit(state, keys, audit, open_value)
     return state
+
+
+def _fold_stored_audit(
+    state: DecisionState, keys: KeyScopes | None, audit: tuple[int, int, bytes], open_value: Callable[[bytes], bytes]
+) -> None:
+    offset, _, value = audit
+    if keys is not None:
+        keys.audit(value)
+    state.apply_audit(offset, decode(open_value(value)))
 
 
 class KafkaDecider:
@@ -94,6 +115,9 @@ class KafkaDecider:
         self.sealing = sealing
         self.limits = limits or Limits()
         self.states: dict[int, DecisionState] = {}
+        # Per partition, folded with its state: which key seals what, so an erasure names its
+        # keys without reading the partition (streams/log/sealed_keys.py ``KeyScopes``).
+        self.key_scopes: dict[int, KeyScopes] = {}
         self.decided = 0
         self.batches = 0
         self.busy_s = 0.0  # time spent deciding and queueing appends
@@ -111,7 +135,39 @@ class KafkaDecider:
     def forget(self, partitions: Iterable[int]) -> None:
         """Partitions assigned or revoked: their state is folded afresh at their next command."""
         for p in partitions:
-            self.states.pop(p, None)
+            self._drop(p)
+
+    def _drop(self, partition: int) -> None:
+        """Forget a partition's state (and its key map, folded with it): folded afresh next time."""
+        self.states.pop(partition, None)
+        self.key_scopes.pop(partition, None)
+
+    async def _fold(self, partition: int) -> DecisionState:
+        """Fold a partition's state and key map from the topics (under ``_lock``)."""
+        keys = KeyScopes(self.kafka.cfg.events_topic, self.kafka.cfg.audit_topic)
+        state = await fold_partition(self.kafka, partition, keys)
+        if self.sealing is not None:
+            through, _ = await asyncio.to_thread(self.sealing.store.for_partition(partition).erased_through)
+            keys.completed(through)
+        self.states[partition], self.key_scopes[partition] = state, keys
+        return state
+
+    async def named_by(self, partition: int, offset: int) -> Named | None:
+        """What the erasure at ``offset`` of an owned partition names (its keys, its clear
+        records), from the partition's key map, folded now if the decider has none yet; None
+        when the partition is not owned or no such erasure is pending in the map."""
+        keys = self.key_scopes.get(partition)
+        if keys is None:
+            if await self.state_of(partition) is None:
+                return None
+            keys = self.key_scopes.get(partition)
+        return None if keys is None else keys.named(offset)
+
+    def erasure_completed(self, partition: int, offset: int) -> None:
+        """The erasure at ``offset`` was completed: its key ids are not kept any more."""
+        keys = self.key_scopes.get(partition)
+        if keys is not None:
+            keys.completed_one(offset)
 
     def owns(self, partition: int) -> bool:
         return self.failure is None and partition in self.owned
@@ -128,7 +184,7 @@ class KafkaDecider:
                 await self.kafka.start()
             state = self.states.get(partition)
             if state is None:
-                state = self.states[partition] = await fold_partition(self.kafka, partition)
+                state = await self._fold(partition)
             return state
 
     async def submit_local(self, partition: int, item: Command | AuditRecord) -> Committed:
@@ -206,7 +262,7 @@ class KafkaDecider:
             await self.kafka.start()  # the worker's first decision: connect its producer and reader
         state = self.states.get(partition)
         if state is None:
-            state = self.states[partition] = await fold_partition(self.kafka, partition)
+            state = await self._fold(partition)
         events: list[NewEvent] = []
         audits: list[NewAudit] = []
         replies: list[tuple[ReplyTo, str, Committed]] = []
@@ -221,9 +277,9 @@ class KafkaDecider:
                     continue
                 if reply_to is not None:
                     replies.append((reply_to, item.command_id, committed))
-            pending = await self._enqueue(events, audits)
+            pending = await self._enqueue(partition, events, audits)
         except BaseException as exc:
-            self.states.pop(partition, None)  # folded ahead of the log
+            self._drop(partition)  # folded ahead of the log
             if isinstance(exc, Exception):
                 # Queueing failed part-way (the producer's buffer stayed full past its timeout
                 # while the broker was away): what was queued may still land, so a state
@@ -236,12 +292,20 @@ class KafkaDecider:
         previous = self._completing
         self._completing = asyncio.create_task(self._complete(previous, partition, events, audits, pending, replies))
 
-    async def _enqueue(self, events: list[NewEvent], audits: list[NewAudit]) -> list[asyncio.Future[Any]]:
+    async def _enqueue(
+        self, partition: int, events: list[NewEvent], audits: list[NewAudit]
+    ) -> list[asyncio.Future[Any]]:
         """Queue the events and audit records in the producer (order kept per partition),
-        sealed when the decider seals."""
+        sealed when the decider seals, and fold them as stored into the partition's key map."""
         cfg = self.kafka.cfg
         stored = [(e.value, e.vector) for e in events] if self.sealing is None else self.sealing.seal_events(events)
         audit_values = [a.value for a in audits] if self.sealing is None else self.sealing.seal_audits(audits)
+        keys = self.key_scopes.get(partition)
+        if keys is not None:
+            keys.fold(
+                ((e.offset, e.type, value) for e, (value, _) in zip(events, stored, strict=True)),
+                ((a.after_event, value) for a, value in zip(audits, audit_values, strict=True)),
+            )
         event_records = [
             OutRecord(
                 e.partition,
@@ -294,7 +358,7 @@ class KafkaDecider:
             # them: the worker stops (its partitions move; their states are folded afresh from the
             # topics there). Submitters of the unanswered commands time out and retry with the
             # same command id, answered from the log's state.
-            self.states.pop(partition, None)
+            self._drop(partition)
             for r, _, _ in replies:
                 if isinstance(r, asyncio.Future) and not r.done():
                     r.set_exception(LogUnavailable(f"the append failed: {type(exc).__name__}: {exc}"))

@@ -54,6 +54,7 @@ from memstream.streams.folding import freeze_long_lived
 from memstream.streams.keys.kafka import kafka_master_key
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics, opened
 from memstream.streams.log.port import Committed, partition_for
+from memstream.streams.log.sealed_keys import Named
 from memstream.streams.log.sealing import ERASURE_TYPES
 from memstream.streams.snapshots import SnapshotStore
 
@@ -301,6 +302,15 @@ class Worker:
         if offset is None:
             raise LookupError(f"the erasure of command {command.command_id} is not in the events topic")
         return await erasure.complete(self, models, offset, lambda o: self.settle(models, o))
+
+    async def named_by(self, partition: int, offset: int) -> Named | None:
+        """What the erasure at ``offset`` names, from the decider's key map of the partition
+        (None without a decider, or when the partition moved: the erasure then reads the records)."""
+        return None if self.decider is None else await self.decider.named_by(partition, offset)
+
+    def erasure_completed(self, partition: int, offset: int) -> None:
+        if self.decider is not None:
+            self.decider.erasure_completed(partition, offset)
 
     def _start_pending(self, models: PartitionModels) -> None:
         """Complete a previous owner's pending erasures in the background, unless this worker is

@@ -1,10 +1,11 @@
 """Erasure on a Kafka worker (issue 16; docs/erasure.md, "Kafka mode"): the erasure is decided
 like any write (its event durably in the partition's events topic), then completed in the
 embedded order: the partition's read models fold it, the keys its records were sealed under are
-destroyed (found in the sealed records themselves: streams/log/sealed_keys.py), the partition's
-checkpoint is rewritten, the partition's ``erased_through`` is marked in the keys topic and the
-erasure is recorded in the ledger. A crash anywhere after the append is completed by the worker
-that takes the partition next (``complete_pending``).
+destroyed (named by the decider's key map of the partition, or, without one, found by reading
+the sealed records themselves: streams/log/sealed_keys.py), the partition's checkpoint is
+rewritten, the partition's ``erased_through`` is marked in the keys topic and the erasure is
+recorded in the ledger. A crash anywhere after the append is completed by the worker that takes
+the partition next (``complete_pending``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from memstream.api.services.settings import Settings
 from memstream.streams.deciders.sealing import KafkaSealing
 from memstream.streams.events import decode
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, matching
-from memstream.streams.log.sealed_keys import keys_named
-from memstream.streams.log.sealing import ERASURE_TYPES, is_sealed, scope_of
+from memstream.streams.log.sealed_keys import Named, clear_content, keys_named
+from memstream.streams.log.sealing import ERASURE_TYPES, is_sealed
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,12 @@ class ErasingWorker(Protocol):
     acked: dict[int, int]
 
     async def rewrite_checkpoint(self, models: PartitionModels) -> None: ...
+
+    async def named_by(self, partition: int, offset: int) -> Named | None:
+        """What the erasure at ``offset`` names, from the decider's key map (None: not known there)."""
+        ...
+
+    def erasure_completed(self, partition: int, offset: int) -> None: ...
 
 
 async def erasure_offset(kafka: KafkaLog, partition: int, agent: str, command_id: str) -> int | None:
@@ -92,17 +99,15 @@ def plaintext_left(records: list[tuple[str, int, bytes]], ev: dict[str, Any], pa
     for topic, _, value in records:
         if is_sealed(value) or not value:
             continue
-        rec = decode(value)
-        if "payload" in rec:
-            if rec["type"] in ERASURE_TYPES:
-                continue
-            scope = scope_of(str(rec["type"]), rec["payload"])
-            if scope is None or (wanted is not None and scope not in wanted):
-                continue
-        elif not rec.get("request"):
+        found = clear_content(decode(value))
+        if found is None or (wanted is not None and found[1] is not None and found[1] not in wanted):
             continue
         counts[topic] = counts.get(topic, 0) + 1
-    return [PLAINTEXT.format(p=partition, topic=t, n=n) for t, n in sorted(counts.items())]
+    return unreachable(counts, partition)
+
+
+def unreachable(counts: dict[str, int], partition: int) -> list[str]:
+    return [PLAINTEXT.format(p=partition, topic=t, n=n) for t, n in sorted(counts.items()) if n]
 
 
 async def destroy_keys(
@@ -113,15 +118,21 @@ async def destroy_keys(
     sealing = worker.sealing
     agent = str(ev["scope"]["agent_id"])
     scopes = ev["payload"].get("scopes")
-    records = await sealed_before(worker.announcer, worker.cfg, partition, agent, offset)
-    # Decoding every record of the agent (0.5 s at 100k) runs off the event loop, which answers
-    # every other agent of this worker meanwhile.
-    left = await asyncio.to_thread(plaintext_left, records, ev, partition)
+    named = await worker.named_by(partition, offset)
+    if named is not None:  # the decider's key map names them: nothing to read
+        ids, left = named.keys, unreachable(named.clear, partition)
+        if steps is not None:
+            steps.done("named")
+    else:
+        records = await sealed_before(worker.announcer, worker.cfg, partition, agent, offset)
+        # Decoding every record of the agent (0.5 s at 100k) runs off the event loop, which
+        # answers every other agent of this worker meanwhile.
+        left = await asyncio.to_thread(plaintext_left, records, ev, partition)
+        ids = await asyncio.to_thread(keys_named, ((o, value) for _, o, value in records), agent, scopes, offset)
+        if steps is not None:
+            steps.done("scan")
     if sealing is None:
         return 0, ["this worker has no key store: nothing was sealed", *left]
-    ids = await asyncio.to_thread(keys_named, ((o, value) for _, o, value in records), agent, scopes, offset)
-    if steps is not None:
-        steps.done("scan")
     keys = sealing.store.for_partition(partition)
     destroyed = await asyncio.to_thread(keys.destroy_ids, ids)
     sealing.forget(partition, agent, scopes)
@@ -150,6 +161,7 @@ async def complete(
     await asyncio.to_thread(append_ledger, worker.settings.data_dir, entry)
     if worker.sealing is not None:
         await asyncio.to_thread(worker.sealing.store.for_partition(partition).mark_erased, offset)
+    worker.erasure_completed(partition, offset)
     steps.done("ledger")
     log.info("erasure at offset %d of partition %d completed: %d key(s) destroyed; %s", offset, partition,
              destroyed, steps)  # fmt: skip
