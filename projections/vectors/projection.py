@@ -498,6 +498,7 @@ class VectorProjection:
         except (ValueError, KeyError, TypeError, struct.error, orjson.JSONDecodeError) as exc:
             self._reset()
             raise SnapshotRejected(f"sidecar {body['blob']} unreadable: {exc}") from exc
+        sidecar.release_pages(mv)
         self._hash = int(body["hash"], 16)
         self._blob_hash = self._hash
         if self.hnsw:

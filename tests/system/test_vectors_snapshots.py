@@ -242,6 +242,73 @@ def test_a_mapped_sidecar_is_verified_aligned_and_private(tmp_path: Path) -> Non
     assert snaps.map_blob(blob) is None
 
 
+def mapped_rss_kb(path: Path) -> int:
+    """Resident kB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # a mapping's first line
+            inside = len(head) >= 6 and head[5] == str(path)
+        elif inside and line.startswith("Rss:"):
+            total += int(head[1])
+    return total
+
+
+def test_a_checkpoint_maps_the_vectors_it_wrote(tmp_path: Path) -> None:
+    """After a checkpoint the segments' vectors are views of the sidecar just written (the
+    fold's own arrays are let go), with the same answers and digest as a twin never
+    checkpointed; later folds (stores, updates, deletes) write private pages, not the file;
+    the next checkpoint maps its own sidecar."""
+    snaps = SnapshotStore(tmp_path)
+    evs = mixed_events(120)
+    live, twin = Feed(VectorProjection(snaps)), Feed()
+    live(*evs)
+    twin(*evs)
+    body = live.proj.to_snapshot()
+    path = snaps.blob_path(body["blob"])
+    on_disk = path.read_bytes()
+    for ag in live.proj._agents.values():
+        for seg in ag.segs.values():
+            assert seg.chunks and all(not c.flags.owndata and c.flags.aligned for c in seg.chunks)
+            assert not seg._extra  # the key index was brought up to date, without a compaction
+    assert answers(live.proj) == answers(twin.proj)
+    assert digest_of(live.proj) == digest_of(twin.proj)
+    later = [
+        store(500, unit(500)),
+        update(5, unit(505)),
+        event("memory.deleted", {"id": 8}),
+        reembed(10, unit(510), "m2"),
+        store(501, unit(501), agent="b"),
+    ]
+    live(*later)
+    twin(*later)
+    assert path.read_bytes() == on_disk  # the map is private: the fold's writes stay in memory
+    assert answers(live.proj) == answers(twin.proj)
+    assert digest_of(live.proj) == digest_of(twin.proj)
+    second = live.proj.to_snapshot()
+    assert second["blob"] != body["blob"]
+    restored = VectorProjection(snaps)
+    restored.load_snapshot(second)
+    assert answers(restored) == answers(twin.proj) == answers(live.proj)
+    assert digest_of(restored) == digest_of(twin.proj)
+
+
+def test_a_loaded_sidecar_is_not_held_resident(tmp_path: Path) -> None:
+    """Loading reads the whole sidecar for its checksum; those pages are then let go from the
+    process (page cache only), and come back as a search reads the rows, with right answers."""
+    snaps = SnapshotStore(tmp_path)
+    live = Feed(VectorProjection(snaps))(*[store(i + 1, unit(i, 256)) for i in range(3000)])
+    body = live.proj.to_snapshot()
+    path = snaps.blob_path(body["blob"])
+    assert path.stat().st_size > 3_000_000
+    restored = VectorProjection(snaps)
+    restored.load_snapshot(body)
+    assert mapped_rss_kb(path) < 64  # 3 MB were read to verify it; none held after
+    q = unit(7, 256)
+    assert restored.search(A, q, 5, window=3000) == live.proj.search(A, q, 5, window=3000)
+    assert mapped_rss_kb(path) > 1000  # the rows the window scanned, read again from the file
+
+
 # -- property: any history, replayed, gives the same state and answers --------------------------
 
 
