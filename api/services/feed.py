@@ -50,9 +50,11 @@ POLL_SECONDS = 0.5  # how soon another process's appends are seen (this process'
 # per batch, so the interval decides what the fan-out costs the writers. ``ReadPacer`` sets it
 # (docs/feed.md, "Cost"): long enough that fanning out takes at most FANOUT_SHARE of the time,
 # never below the floor (MEMSTREAM_FEED_INTERVAL_SECONDS) and, unless the floor is higher, never
-# above MAX_READ_INTERVAL_S, so delivery stays within the 100 ms goal (docs/benchmarks.md).
+# above MAX_READ_INTERVAL_S nor so long that the wait plus what a read and its fan-out take
+# passes DELIVERY_BUDGET_S: delivery within the 100 ms goal (docs/benchmarks.md).
 MIN_READ_INTERVAL_S = 0.025
 MAX_READ_INTERVAL_S = 0.085
+DELIVERY_BUDGET_S = 0.09
 FANOUT_SHARE = 0.02
 
 
@@ -332,47 +334,65 @@ class ReadPacer:
     ``fanned_out`` measures each fan-out (offering a batch and the woken subscribers' writes,
     which grow with their number); ``cost`` is the median of the last few, so a fan-out that the
     machine's other work stretched moves nothing. The interval is that cost over ``share``
-    (writing at most that share of the time), held between ``floor`` and ``cap`` (the floor wins
-    when it is the higher: a fixed interval). ``clock``: seconds, monotonic."""
+    (writing at most that share of the time), at most ``cap`` and at most ``budget`` less the
+    ``overhead`` (the median of how late each read began and how long it took until its fan-out
+    ended: what a loaded machine adds to the wait), and at least ``floor`` (which wins when it is
+    the higher: a fixed interval). ``clock``: seconds, monotonic."""
 
-    WINDOW = 9  # fan-outs the cost is the median of
+    WINDOW = 9  # fan-outs the cost and the overhead are the medians of
 
     def __init__(
         self,
         floor: float = MIN_READ_INTERVAL_S,
         *,
         cap: float = MAX_READ_INTERVAL_S,
+        budget: float = DELIVERY_BUDGET_S,
         share: float = FANOUT_SHARE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if floor < 0 or cap < 0 or not 0 < share <= 1:
-            raise ValueError("a read interval's floor and cap are 0 or more, the share in (0, 1]")
+        if floor < 0 or cap < 0 or budget < 0 or not 0 < share <= 1:
+            raise ValueError("a read interval's floor, cap and budget are 0 or more, the share in (0, 1]")
         self.floor = floor
         self.cap = cap
+        self.budget = budget
         self.share = share
         self.clock = clock
         self.cost = 0.0  # seconds a fan-out takes (0 until one is measured)
+        self.overhead = 0.0  # seconds a read adds to the wait: its lateness, the read, the fan-out
         self._spent: deque[float] = deque(maxlen=self.WINDOW)
+        self._overheads: deque[float] = deque(maxlen=self.WINDOW)
         self._last_read: float | None = None
+        self._due: float | None = None  # when the read being waited for was due
+        self._late = 0.0  # how late the last read began
 
     @property
     def interval(self) -> float:
-        return max(self.floor, min(self.cap, self.cost / self.share))
+        return max(self.floor, min(self.cap, self.budget - self.overhead, self.cost / self.share))
 
     def delay(self) -> float:
         """Seconds to wait before reading (0: read now, as after a quiet spell)."""
         if self._last_read is None:
             return 0.0
-        return max(0.0, self._last_read + self.interval - self.clock())
+        wait = self._last_read + self.interval - self.clock()
+        if wait <= 0:
+            return 0.0
+        self._due = self._last_read + self.interval
+        return wait
 
     def reading(self) -> None:
         """A read starts now: the next may start an interval later."""
-        self._last_read = self.clock()
+        self._last_read = now = self.clock()
+        self._late = 0.0 if self._due is None else max(0.0, now - self._due)
+        self._due = None
 
     def fanned_out(self, started: float) -> None:
         """A fan-out that began at ``started`` (by ``clock``) has ended."""
-        self._spent.append(max(0.0, self.clock() - started))
+        now = self.clock()
+        self._spent.append(max(0.0, now - started))
         self.cost = statistics.median(self._spent)
+        if self._last_read is not None:
+            self._overheads.append(self._late + max(0.0, now - self._last_read))
+            self.overhead = statistics.median(self._overheads)
 
 
 @dataclass(eq=False)

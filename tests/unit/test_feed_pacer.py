@@ -1,7 +1,8 @@
 """The change feed's read interval rule (api/services/feed.py ``ReadPacer``) on an injected
-clock: it grows with what a fan-out costs, between the floor and the cap; the floor overrides;
-a read after a quiet spell is never delayed; one stretched fan-out moves nothing. And the feed's
-reader measures its fan-outs (what the rule is fed), with no timing assertion."""
+clock: it grows with what a fan-out costs, between the floor and the cap; what a loaded machine
+adds to each read (its lateness, the read, the fan-out) comes off the delivery budget; the floor
+overrides; a read after a quiet spell is never delayed; one stretched fan-out moves nothing. And
+the feed's reader measures its fan-outs (what the rule is fed), with no timing assertion."""
 
 from __future__ import annotations
 
@@ -90,6 +91,49 @@ def test_a_read_after_a_quiet_spell_is_not_delayed_whatever_the_interval() -> No
     assert pacer.delay() == 0.0  # quiet for longer than the interval: at once
 
 
+def read_and_fan_out(pacer: ReadPacer, clock: Clock, read_s: float, fan_out_s: float) -> None:
+    pacer.reading()
+    clock.now += read_s
+    fan_out(pacer, clock, fan_out_s)
+
+
+def test_what_a_read_and_its_fan_out_take_comes_off_the_delivery_budget() -> None:
+    clock = Clock()
+    pacer = ReadPacer(0.025, cap=0.085, budget=0.09, share=0.02, clock=clock)
+    read_and_fan_out(pacer, clock, 0.002, 0.003)  # idle: 5 ms of overhead, the cap stands
+    assert pacer.overhead == pytest.approx(0.005) and pacer.interval == 0.085
+    loaded = ReadPacer(0.025, cap=0.085, budget=0.09, share=0.02, clock=clock)
+    read_and_fan_out(loaded, clock, 0.027, 0.003)  # a loaded machine: 30 ms, so 60 ms of wait
+    assert loaded.overhead == pytest.approx(0.03) and loaded.interval == pytest.approx(0.06)
+    read_and_fan_out(loaded, clock, 0.2, 0.003)  # once past the budget: the floor, not less
+    read_and_fan_out(loaded, clock, 0.2, 0.003)
+    assert loaded.overhead > 0.09 and loaded.interval == 0.025
+
+
+def test_a_read_that_begins_late_counts_its_lateness() -> None:
+    clock = Clock()
+    pacer = ReadPacer(0.025, cap=0.085, budget=0.09, share=0.02, clock=clock)
+    read_and_fan_out(pacer, clock, 0.001, 0.004)  # 5 ms of overhead: 85 ms
+    clock.now += 0.01
+    wait = pacer.delay()
+    assert wait == pytest.approx(0.085 - 0.015)
+    clock.now += wait + 0.03  # the sleep ended 30 ms late (a busy loop, a busy machine)
+    read_and_fan_out(pacer, clock, 0.001, 0.004)
+    assert pacer.overhead == pytest.approx((0.005 + 0.035) / 2)  # the median of two: their mean
+    assert pacer.interval == pytest.approx(0.09 - 0.02)
+    clock.now += 1.0  # quiet: the next read is not late, it is at once
+    assert pacer.delay() == 0.0
+    read_and_fan_out(pacer, clock, 0.001, 0.004)
+    assert sorted(pacer._overheads) == pytest.approx([0.005, 0.005, 0.035])
+
+
+def test_a_floor_above_the_budget_is_still_the_interval() -> None:
+    clock = Clock()
+    pacer = ReadPacer(0.2, cap=0.085, budget=0.09, share=0.02, clock=clock)
+    read_and_fan_out(pacer, clock, 0.05, 0.01)
+    assert pacer.interval == 0.2
+
+
 def test_a_clock_going_backwards_never_counts_as_negative_cost() -> None:
     clock = Clock()
     pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock)
@@ -98,9 +142,9 @@ def test_a_clock_going_backwards_never_counts_as_negative_cost() -> None:
 
 
 def test_bad_parameters_are_refused() -> None:
-    bad = ({"floor": -0.1}, {"floor": 0.1, "cap": -1.0}, {"floor": 0.1, "share": 0.0}, {"floor": 0.1, "share": 2})
+    bad = ({"floor": -0.1}, {"cap": -1.0}, {"budget": -0.01}, {"share": 0.0}, {"share": 2})
     for kwargs in bad:
-        with pytest.raises(ValueError, match="floor and cap"):
+        with pytest.raises(ValueError, match="floor, cap and budget"):
             ReadPacer(**kwargs)  # type: ignore[arg-type]
 
 
