@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -29,6 +30,20 @@ def master_key() -> Iterator[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_key_store() -> Iterator[None]:
+    """A key store a test opened in this process is closed by the end of the test (its fixtures'
+    included): one left open reads the keys topic of a deployment whose topics are dropped, for
+    the rest of the session, logging an error a few hundred times a second into every later
+    test's captured log (and costing this process a tenth of a core)."""
+    before = set(threading.enumerate())
+    yield
+    left = [t for t in threading.enumerate() if t not in before and t.name == "memstream-keys" and t.is_alive()]
+    if left:
+        pytest.fail(f"{len(left)} key store(s) opened by this test still run: close them (KafkaFeed.close, "
+                    "LazySealing.close, KafkaKeyStore.close)", pytrace=False)  # fmt: skip
 
 
 @pytest.fixture

@@ -168,10 +168,13 @@ async def test_keep_alive_comments_come_while_nothing_happens(router: Router) ->
         assert set(lines) <= {": keep-alive", ""}
 
 
-async def test_a_stream_that_is_not_read_is_cut_off_with_its_resume_position(router: Router) -> None:
+async def test_a_stream_that_is_not_read_is_cut_off_with_its_resume_position(
+    router: Router, request: pytest.FixtureRequest
+) -> None:
     """The router's stream over the real broker, driven in process: it reads ahead into its
     buffer of 3 while nobody takes anything, then is cut off; resuming there gives the rest."""
     source = KafkaFeed(router.cfg)
+    request.addfinalizer(source.close)  # its key store (opened at the first sealed event)
     wanted = FeedRequest(frozenset({"dave"}), None, None, None, None, buffer=3)
     stream = await source.open(wanted)
     async with router.client() as http:
