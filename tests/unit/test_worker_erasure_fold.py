@@ -1,6 +1,7 @@
 """A Kafka worker folds an erasure the decider appended on a thread, other events on the loop:
 an erasure of a large agent drops every row it names, and the worker's other partitions must
-go on answering meanwhile (docs/erasure.md, "Kafka mode")."""
+go on answering meanwhile, and the decider must not wait for it to reply to other writes
+(docs/erasure.md, "Kafka mode")."""
 
 from __future__ import annotations
 
@@ -45,13 +46,21 @@ def worker_holding(models: Recording) -> Worker:
     return worker
 
 
+async def folds_done(worker: Worker) -> None:
+    """Wait for the erasure folds ``appended`` left running."""
+    while worker._checkpoints:
+        await asyncio.gather(*worker._checkpoints)
+
+
 async def test_an_erasure_is_folded_off_the_loop_and_a_store_on_it() -> None:
     models = Recording()
     worker = worker_holding(models)
     loop_thread = threading.get_ident()
     await worker.appended(0, [event(0, "memory.stored")])
     await worker.appended(0, [event(1, "memory.stored"), event(2, "agent.erased")])
+    await folds_done(worker)
     await worker.appended(0, [event(3, "record.erased")])
+    await folds_done(worker)
     assert models.threads[0] == loop_thread
     assert {models.threads[1], models.threads[2], models.threads[3]}.isdisjoint({loop_thread})
     assert models.offset == 3 and models.folded_by_agent == 4
@@ -71,10 +80,52 @@ async def test_the_loop_answers_while_an_erasure_folds() -> None:
             super().apply(offset, value, vector)
 
     models = Slow()
-    fold = asyncio.create_task(worker_holding(models).appended(0, [event(0, "agent.erased")]))
+    worker = worker_holding(models)
+    fold = asyncio.create_task(worker.appended(0, [event(0, "agent.erased")]))
     async with asyncio.timeout(30):
         while not started.is_set():
             await asyncio.sleep(0.01)  # the poll's step; the timeout bounds the wait
     release.set()  # runs only if the loop is free while the fold is under way
     await fold
+    await folds_done(worker)
     assert models.released and models.offset == 0
+
+
+async def test_the_decider_is_not_held_by_an_erasure_fold() -> None:
+    """``appended`` (which the decider awaits before it replies to a batch, and every later
+    batch after it) returns while the erasure is still being folded; the partition's lock is
+    held until the fold is done, and what the decider appends next goes to the tail."""
+    started, release = threading.Event(), threading.Event()
+
+    class Slow(Recording):
+        def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
+            started.set()
+            release.wait(30)
+            super().apply(offset, value, vector)
+
+    models = Slow()
+    worker = worker_holding(models)
+    tail = Tail()
+    worker._consumer = tail  # type: ignore[assignment]
+    async with asyncio.timeout(30):
+        await worker.appended(0, [event(0, "agent.erased")])  # returns with the fold under way
+        assert models.lock.locked() and models.offset == -1
+        await worker.appended(0, [event(1, "memory.stored")])  # behind the lock: the tail's
+        assert tail.sought == [0] and 1 not in models.threads  # from the models' next offset
+        release.set()
+        await folds_done(worker)
+    assert started.is_set() and models.offset == 0 and not models.lock.locked()
+    assert models.folded_by_agent == 1
+
+
+class Tail(PausedTail):
+    """A tail consumer that notes where it is sent."""
+
+    def __init__(self) -> None:
+        self.sought: list[int] = []
+
+    def resume(self, *partitions: object) -> None:
+        pass
+
+    def seek(self, tp: object, offset: int) -> None:
+        self.sought.append(offset)

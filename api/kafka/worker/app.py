@@ -358,20 +358,25 @@ class Worker:
         plan = plan_feed(models.offset, [e.offset for e in events])
         if plan.count:
             todo = events[plan.start : plan.stop]
-            async with models.lock:
-                try:
-                    if any(e.type in ERASURE_TYPES for e in todo):
-                        # An erasure drops every row it names (seconds for a large agent): folded
-                        # on a thread, so calls for the other partitions go on meanwhile; this
-                        # partition's reads wait on its lock, as for any fold.
-                        await asyncio.to_thread(fold_new, models, todo)
-                    else:
+            if any(e.type in ERASURE_TYPES for e in todo):
+                # An erasure drops every row it names (seconds for a large agent): folded on a
+                # thread, in a task holding the partition's lock from now (this partition's reads
+                # wait for it, as for any fold; its next appends go to the tail, behind the lock),
+                # so the decider's replies to every other write go out meanwhile. The erase's own
+                # caller waits for the models to include it (``settle``).
+                await models.lock.acquire()
+                task = asyncio.create_task(self._fold_erasure(models, todo, plan.count))
+                self._checkpoints.add(task)  # held until done, like a checkpoint's task
+                task.add_done_callback(self._checkpoints.discard)
+            else:
+                async with models.lock:
+                    try:
                         fold_new(models, todo)
-                except Exception:
-                    self._tail_takes(models)  # the topic holds these events: retry them from there
-                    raise
-            models.folded_by_agent += plan.count
-            self._folded(models, plan.count)
+                    except Exception:
+                        self._tail_takes(models)  # the topic holds these events: retry them from there
+                        raise
+                models.folded_by_agent += plan.count
+                self._folded(models, plan.count)
         if plan.gap:
             self._tail_takes(models)
         elif partition not in self.fed:
@@ -379,6 +384,20 @@ class Worker:
             # partition's only writer: the tail has nothing left to read there.
             self._consumer.pause(TopicPartition(self.cfg.events_topic, partition))
             self.fed.add(partition)
+
+    async def _fold_erasure(self, models: PartitionModels, todo: Sequence[NewEvent], count: int) -> None:
+        """Fold a batch holding an erasure on a thread; ``models.lock`` is held by the caller
+        and released here."""
+        try:
+            await asyncio.to_thread(fold_new, models, todo)
+        except Exception:
+            log.exception("partition %d: folding an erasure failed; the tail folds it again", models.partition)
+            self._tail_takes(models)  # the topic holds these events: retry them from there
+            return
+        finally:
+            models.lock.release()
+        models.folded_by_agent += count
+        self._folded(models, count)
 
     def _tail_takes(self, models: PartitionModels) -> None:
         """Hand a partition back to the tail, from the models' next offset."""
