@@ -8,6 +8,7 @@ from typing import Any
 
 from memstream.streams.decision.associations.index import AssocIndex
 from memstream.streams.decision.memo import COMMAND_MEMO_PER_AGENT, REDACTED_REPORT, AssociationsMemo, Memo
+from memstream.streams.release import release_later
 
 
 @dataclass(slots=True)
@@ -74,9 +75,11 @@ class AgentDecisionState:
             for mid in memory_ids:
                 self.forget_memory(mid)
             return
+        old = (self.memories, self.by_msg, self.by_content)
         self.memories = {mid: f for mid, f in self.memories.items() if mid not in gone}
         self.by_msg = {k: mid for k, mid in self.by_msg.items() if mid not in gone}
         self.by_content = {k: mid for k, mid in self.by_content.items() if mid not in gone}
+        release_later(*old)  # freed off the writer thread, in slices (streams/release.py)
 
     def forget_memory(self, memory_id: int) -> None:
         facts = self.memories.pop(memory_id, None)

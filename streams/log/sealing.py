@@ -24,6 +24,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from memstream.streams.keys.port import KEY_ID_BYTES, KeyStore
+from memstream.streams.release import release_later
 
 MAGIC: Final = b"\x00ms1"
 NONCE: Final = 12
@@ -172,6 +173,7 @@ class Sealer:
                 dropped = [current.pop(scope) for scope in scopes if scope in current]
             for key_id, _ in dropped:
                 self._open.pop(key_id, None)
+        release_later(dropped)  # freeing 100k AES-GCM contexts here held the writer 0.2-0.5 s
 
     def reset(self) -> None:
         """Drop every cached key (after a failed append: keys made for it may not be durable)."""
