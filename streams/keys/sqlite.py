@@ -37,7 +37,7 @@ NONCE = 12
 CHECK_PLAIN = b"memstream master key check"
 CHECKPOINT_TRIES = 50
 POOL = 256
-DESTROY_CHUNK = 2_000  # keys destroyed per transaction (``destroy_ids``)
+DESTROY_CHUNK = 1_000  # keys destroyed per transaction (``destroy_ids``)
 DESTROY_PAUSE_S = 0.002  # between two of them
 
 
@@ -58,7 +58,10 @@ class SqliteKeyStore:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._master = AESGCM(master)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the writer connection
+        # The pool's own lock: a take() from a full pool never waits for the writer connection
+        # (an erasure's destruction transactions hold it). Taken before ``_lock``, never after.
+        self._pool_lock = threading.Lock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
@@ -116,9 +119,10 @@ class SqliteKeyStore:
         return None if row is None else _unwrap(self._master, key_id, row[0])
 
     def take(self) -> tuple[bytes, bytes]:
-        with self._lock:
+        with self._pool_lock:
             if not self._pool:
-                self._refill()
+                with self._lock:  # waits for at most one destruction transaction
+                    self._refill()
             return self._pool.pop()
 
     def _refill(self) -> None:
@@ -139,9 +143,10 @@ class SqliteKeyStore:
         self._pool = fresh
 
     def destroy_ids(self, key_ids: Sequence[bytes]) -> int:
-        """One transaction per ``DESTROY_CHUNK`` keys, the store's lock let go between them: the
-        bus takes new keys for other agents' writes meanwhile (one transaction for an agent's
-        100k keys held their stores up to 0.6 s). A crash between two leaves the erasure
+        """One transaction per ``DESTROY_CHUNK`` keys, the connection's lock let go between them:
+        the bus takes new keys for other agents' writes meanwhile (one transaction for an
+        agent's 100k keys held their stores up to 0.6 s); keys taken from the pool wait for
+        none of them, a refill of the pool for one at most. A crash between two leaves the erasure
         half done in keys.db only: its event is in the log, and the next start finishes it
         (``complete_pending``). The WAL is emptied once, after the last."""
         gone = 0
@@ -239,7 +244,7 @@ class SqliteKeyStore:
         return total
 
     def close(self) -> None:
-        with self._lock:
+        with self._pool_lock, self._lock:
             if self._pool:  # never handed out: nothing was sealed with them
                 unused = [key_id for key_id, _ in self._pool]
                 self._pool = []
