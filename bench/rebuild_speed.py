@@ -4,12 +4,14 @@ the limits it runs against: SQLite's sequential read of the log.
 
     python bench/rebuild_speed.py                      # 100k memories
     python bench/rebuild_speed.py --sizes 100000,1000000 --keep /tmp/rebuild-data
+    python bench/rebuild_speed.py --sizes 1000000 --keep /tmp/rebuild-data --reaches 0   # reuse it
 
 The corpus and its vectors are recall_latency.py's (WordNet definitions, MiniLM-L6 int8 vectors
 from vector_search.py's cache; needs `apt-get install wordnet-base`). The fill goes straight
 through the embedded command bus; the checkpoint is written by starting and closing an engine
 on the filled directory, as a server's shutdown does. Each size is rebuilt four times,
-alternating the default settings (no vector graphs) with a reach past the window (graphs).
+alternating the default settings (no vector graphs) with a reach past the window (graphs)
+(``--reaches``). A size already filled in the ``--keep`` directory is reused as it is.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ import recall_latency  # noqa: E402  (bench/ on the path first)
 
 
 def log_read_rate(settings: Any) -> dict[str, float]:
-    """Records/s of reading the whole log in offset order, with and without vectors."""
+    """Records/s of reading the whole log in offset order, with and without vectors: per second
+    of wall and per second of this process's CPU (what it costs, on a shared machine)."""
     from memstream.streams.log.sqlite import SqliteLog
 
     log = SqliteLog(settings.log_path, num_partitions=settings.partitions, synchronous=settings.sync)
@@ -43,15 +46,15 @@ def log_read_rate(settings: Any) -> dict[str, float]:
     try:
         end = log.end_offset()
         for vectors in (False, True):
-            started, pos = time.perf_counter(), 0
+            started, cpu, pos = time.perf_counter(), time.process_time(), 0
             while pos < end:
                 records = log.read(pos, end, limit=5_000, vectors=vectors)
                 if not records:
                     break
                 pos = records[-1].offset + 1
-            out["records_per_s_with_vectors" if vectors else "records_per_s_without_vectors"] = round(
-                end / (time.perf_counter() - started)
-            )
+            which = "with_vectors" if vectors else "without_vectors"
+            out[f"records_per_s_{which}"] = round(end / (time.perf_counter() - started))
+            out[f"records_per_cpu_s_{which}"] = round(end / max(1e-9, time.process_time() - cpu))
     finally:
         log.close()
     return out
@@ -68,29 +71,39 @@ async def checkpoint(settings: Any) -> float:
     return time.perf_counter() - started
 
 
-def one_size(n: int, workload: Any, work: Path) -> dict[str, Any]:
+def one_size(n: int, workload: Any, work: Path, reaches: list[int]) -> dict[str, Any]:
     from memstream.api.services.rebuild import rebuild_all
     from memstream.api.services.settings import Settings
 
     data = work / f"n{n}"
     settings = Settings(data_dir=data)
-    texts, vecs = workload.corpus(n)
-    fill = asyncio.run(recall_latency.fill(data, texts, vecs, workload.model_id))
-    recall_latency.log(f"{n}: filled in {fill['seconds']} s; checkpointing")
-    checkpoint_s = asyncio.run(checkpoint(settings))
-    recall_latency.log(f"{n}: checkpointed in {checkpoint_s:.1f} s; rebuilding")
+    fill: dict[str, Any] | None = None
+    checkpoint_s: float | None = None
+    checkpoint_cpu_s: float | None = None
+    if (data / "log.sqlite3").exists():  # a kept directory (--keep): filled and checkpointed before
+        recall_latency.log(f"{n}: reusing {data}; rebuilding")
+    else:
+        texts, vecs = workload.corpus(n)
+        fill = asyncio.run(recall_latency.fill(data, texts, vecs, workload.model_id))
+        del texts, vecs
+        recall_latency.log(f"{n}: filled in {fill['seconds']} s; checkpointing")
+        cpu = time.process_time()
+        checkpoint_s = asyncio.run(checkpoint(settings))
+        checkpoint_cpu_s = time.process_time() - cpu
+        recall_latency.log(f"{n}: checkpointed in {checkpoint_s:.1f} s; rebuilding")
     runs = []
-    # The default (no vector graphs: reach 0), then with graphs (a reach past the window), twice.
-    for reach in (0, 50_000, 0, 50_000):
-        started = time.perf_counter()
+    # By default: no vector graphs (reach 0), then graphs (a reach past the window), twice.
+    for reach in reaches:
+        started, cpu = time.perf_counter(), time.process_time()
         report = rebuild_all(settings.model_copy(update={"vector_reach": reach}))
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
         recall_latency.log(f"{n}: rebuilt with reach {reach} in {wall:.1f} s (equal: {report['equal']})")
         runs.append(
             {
                 "vector_reach": reach,
                 "vector_graphs": reach > 0,
                 "wall_s": round(wall, 2),
+                "cpu_s": round(cpu, 2),  # usearch's add threads included
                 "equal": report["equal"],
                 "phases_s": report.get("phases_s"),
                 "fold_events_per_s": report["events_per_second"],
@@ -100,7 +113,8 @@ def one_size(n: int, workload: Any, work: Path) -> dict[str, Any]:
         "memories": n,
         "events": report["events"],
         "fill": fill,
-        "checkpoint_s": round(checkpoint_s, 2),
+        "checkpoint_s": None if checkpoint_s is None else round(checkpoint_s, 2),
+        "checkpoint_cpu_s": None if checkpoint_cpu_s is None else round(checkpoint_cpu_s, 2),
         "rebuilds": runs,
         "log_read": log_read_rate(settings),
         "data_dir_mb": round(sum(p.stat().st_size for p in data.rglob("*") if p.is_file()) / 2**20),
@@ -111,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100000")
     ap.add_argument("--keep", type=Path, default=None, help="keep the data directories here")
+    ap.add_argument("--reaches", default="0,50000,0,50000", help="one rebuild per vector reach, in order")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "rebuild_speed.json")
     args = ap.parse_args(argv)
     for k in [k for k in os.environ if k.startswith("MEMSTREAM_")]:
@@ -126,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         for n in (int(x) for x in args.sizes.split(",") if x):
-            report["sizes"].append(one_size(n, workload, work))
+            report["sizes"].append(one_size(n, workload, work, [int(r) for r in args.reaches.split(",")]))
             print(json.dumps(report["sizes"][-1]), flush=True)
     finally:
         if args.keep is None:

@@ -47,22 +47,26 @@ class Graph:
         self.removed = 0
 
 
+def new_index(dim: int, config: HnswConfig) -> Any:
+    """An empty usearch index of ``dim`` components, cosine, with ``config``'s settings."""
+    return usearch_index()(
+        ndim=dim,
+        metric="cos",
+        dtype=config.dtype,
+        connectivity=config.connectivity,
+        expansion_add=config.expansion_add,
+        expansion_search=config.expansion_search,
+    )
+
+
 def add_pending(g: Graph, dim: int, segments: Sequence[Segment], config: HnswConfig) -> bool:
     """Add the graph's pending rows (found in ``segments``, the model's, in kind order), creating
     its index first when it has none; True when it did."""
-    Index = usearch_index()
     keys = np.fromiter(g.pending, dtype=np.int64, count=len(g.pending))
     keys.sort()
     built = False
     if g.index is None:
-        g.index = Index(
-            ndim=dim,
-            metric="cos",
-            dtype=config.dtype,
-            connectivity=config.connectivity,
-            expansion_add=config.expansion_add,
-            expansion_search=config.expansion_search,
-        )
+        g.index = new_index(dim, config)
         g.removed = 0
         built = True
     step = 65_536
