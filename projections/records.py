@@ -22,20 +22,21 @@ def shared(s: str | None) -> str | None:
     return intern(s) if s is not None else None
 
 
-class _SharedEmpty(dict[str, Any]):
-    """The one empty dict every row without a source or metadata holds (two empty dicts were
-    128 of ~850 bytes per memory at 100k). Reads return it as ``{}``; a write to it raises
-    instead of reaching every such row (nothing writes to a row's dicts: updates replace them)."""
+class _Shared(dict[str, Any]):
+    """A dict many rows hold: the one empty dict every row without a source or metadata holds,
+    or one source for all the rows with an equal one (a dict per row was about a third of the
+    ~850 bytes per memory at 100k). Reads return it as a dict; a write to it raises instead of
+    reaching every such row (nothing writes to a row's dicts: updates replace them)."""
 
     __slots__ = ()
 
     def _refuse(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError("a row's empty source or metadata is shared: copy it to change it")
+        raise TypeError("a row's source or metadata is shared: copy it to change it")
 
     __setitem__ = __delitem__ = setdefault = update = pop = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
 
 
-NO_FIELDS: Final[dict[str, Any]] = _SharedEmpty()
+NO_FIELDS: Final[dict[str, Any]] = _Shared()
 
 
 def _fields(d: dict[str, Any] | None) -> dict[str, Any]:
@@ -43,28 +44,45 @@ def _fields(d: dict[str, Any] | None) -> dict[str, Any]:
     return d if d else NO_FIELDS
 
 
-def _source(src: dict[str, Any] | None) -> dict[str, Any]:
-    """The source dict (the row's own: fresh from its event or snapshot), its strings shared."""
-    if not src:
-        return NO_FIELDS
-    for k, v in src.items():
-        if isinstance(v, str):
-            src[k] = intern(v)  # replacing a value: the dict's size does not change while iterating
-    return src
+class Sources:
+    """One shared dict per distinct source among a read model's rows: equal keys in the same
+    order, equal values of the same types (1, 1.0 and True stay apart, so snapshot bytes do not
+    change). A source with an unhashable (nested) value stays the row's own, its strings
+    interned. The table is emptied whenever a row is dropped, so it never holds an erased
+    source after its rows are gone."""
+
+    def __init__(self) -> None:
+        self.table: dict[tuple[tuple[Any, ...], ...], dict[str, Any]] = {}
+
+    def of(self, src: dict[str, Any] | None) -> dict[str, Any]:
+        if not src:
+            return NO_FIELDS
+        try:
+            values = tuple(src.values())
+            key = (tuple(src), tuple(map(type, values)), values)
+            got = self.table.get(key)
+        except TypeError:  # an unhashable value: the row keeps its own dict
+            for k, v in src.items():
+                if isinstance(v, str):
+                    src[k] = intern(v)  # replacing a value: the dict's size does not change
+            return src
+        if got is None:
+            got = self.table[key] = _Shared((k, intern(v) if isinstance(v, str) else v) for k, v in src.items())
+        return got
 
 
 # Memory snapshots: 2 holds rows as lists of the fields in this order (1: a dict per row).
 MEMORY_FORMAT = 2
 
 
-def _memory_row(raw: dict[str, Any]) -> MemoryRow:
+def _memory_row(raw: dict[str, Any], sources: Sources) -> MemoryRow:
     """A memory row from a format-1 snapshot dict."""
     fields = [raw.get(f) for f in field_names(MemoryRow)]
     fields[11], fields[12] = raw.get("locked", False), raw.get("author", "")
-    return _memory_row_of(fields)
+    return _memory_row_of(fields, sources)
 
 
-def _memory_row_of(f: list[Any]) -> MemoryRow:
+def _memory_row_of(f: list[Any], sources: Sources) -> MemoryRow:
     """A memory row from its snapshot list, its repeated strings shared."""
     created = intern(f[8])
     updated = f[9]
@@ -75,7 +93,7 @@ def _memory_row_of(f: list[Any]) -> MemoryRow:
         intern(f[3]),
         intern(f[4]),  # the content: the lexical index, loaded from its own snapshot, shares it
         f[5],
-        _source(f[6]),
+        sources.of(f[6]),
         _fields(f[7]),
         created,
         created if updated == created else intern(updated),
@@ -146,6 +164,7 @@ class MemoriesProjection:
     offset: int = -1
     rows: dict[int, MemoryRow] = field(default_factory=dict)
     by_agent: dict[str, dict[int, None]] = field(default_factory=dict)
+    sources: Sources = field(default_factory=Sources, compare=False, repr=False)
 
     def apply(self, offset: int, ev: dict[str, Any]) -> None:
         t = ev["type"]
@@ -165,7 +184,7 @@ class MemoriesProjection:
                 channel=intern(s["channel"]),
                 content=p["content"],
                 msg_id=p.get("msg_id"),
-                source=_source(p.get("source")),
+                source=self.sources.of(p.get("source")),
                 metadata=_fields(p.get("metadata")),
                 created_at=at,
                 updated_at=at,
@@ -201,6 +220,7 @@ class MemoriesProjection:
         row = self.rows.pop(mid, None)
         if row is not None:
             self.by_agent.get(row.agent_id, {}).pop(mid, None)
+            self.sources.table.clear()
 
     def of_agent(self, agent_id: str) -> list[MemoryRow]:
         """The agent's live memories, oldest first."""
@@ -212,15 +232,16 @@ class MemoriesProjection:
     def load_snapshot(self, body: dict[str, Any]) -> None:
         self.rows.clear()
         self.by_agent.clear()
+        self.sources.table.clear()
         fmt = body.get("format", 1)
         if fmt == MEMORY_FORMAT and body.get("fields") != field_names(MemoryRow):
             raise ValueError(f"memory snapshot fields {body.get('fields')!r} are not this version's")
         if fmt not in (1, MEMORY_FORMAT):
             raise ValueError(f"memory snapshot format {fmt!r}")
         make = _memory_row_of if fmt == MEMORY_FORMAT else _memory_row
-        rows, by_agent = self.rows, self.by_agent
+        rows, by_agent, sources = self.rows, self.by_agent, self.sources
         for raw in body["rows"]:
-            row = make(raw)
+            row = make(raw, sources)
             rows[row.id] = row
             by_agent.setdefault(row.agent_id, {})[row.id] = None
 

@@ -166,3 +166,29 @@ def test_rows_without_source_or_metadata_share_one_empty_dict_that_refuses_write
     body = orjson.loads(orjson.dumps(folded.to_snapshot()))
     row = dict(zip(body["fields"], next(r for r in body["rows"] if r[0] == 7), strict=True))
     assert row["source"] == {} and row["metadata"] == {}  # the snapshot's bytes as before
+
+
+def test_rows_with_equal_sources_share_one_dict_that_refuses_writes() -> None:
+    """Equal sources (keys in order, values and their types) are one dict, folded and loaded;
+    unequal ones (a value of another type included) are not, and the snapshot bytes are the
+    same as with a dict per row."""
+    def with_source(mid: int, source: dict[str, Any]) -> dict[str, Any]:
+        return make_event("memory.stored", {"id": mid, "content": "c", "source": source}, agent="alice")
+
+    typed, flag = with_source(9, {"type": "Agent", "id": 1}), with_source(10, {"type": "Agent", "id": True})
+    nested = {"type": "Agent", "id": "alice", "tags": ["x"]}
+    events = [*EVENTS, typed, flag, with_source(11, nested), with_source(12, nested)]
+    folded = fold(MemoriesProjection(), events)
+    loaded = reloaded(folded, MemoriesProjection())
+    for p in (folded, loaded):
+        assert p.rows[1].source is p.rows[3].source and p.rows[1].source == {"type": "Agent", "id": "alice", "name": ""}
+        assert p.rows[9].source is not p.rows[10].source and p.rows[10].source["id"] is True
+        assert p.rows[11].source == nested and p.rows[11].source is not p.rows[12].source  # unhashable: own dict
+        with pytest.raises(TypeError):
+            p.rows[1].source["name"] = "x"  # would reach every row with this source
+        assert orjson.dumps(p.to_snapshot()) == orjson.dumps(folded.to_snapshot())
+    assert digest_of(loaded) == digest_of(folded)
+    folded.apply(len(events), orjson.loads(orjson.dumps(make_event("memory.deleted", {"id": 1}, agent="alice"))))
+    assert folded.sources.table == {}  # a drop empties the table: no erased source held by it
+    again = fold(MemoriesProjection(), [stored(20, "after")])
+    assert again.rows[20].source == folded.rows[3].source
