@@ -332,12 +332,13 @@ class ReadPacer:
     """When the feed's reader may read again: the interval grows with what a fan-out costs.
 
     ``fanned_out`` measures each fan-out (offering a batch and the woken subscribers' writes,
-    which grow with their number); ``cost`` is the median of the last few, so a fan-out that the
-    machine's other work stretched moves nothing. The interval is that cost over ``share``
-    (writing at most that share of the time), at most ``cap`` and at most ``budget`` less the
-    ``overhead`` (the median of how late each read began and how long it took until its fan-out
-    ended: what a loaded machine adds to the wait), and at least ``floor`` (which wins when it is
-    the higher: a fixed interval). ``clock``: seconds, monotonic."""
+    which grow with their number) in the loop thread's CPU time (``cpu_clock``: what it costs,
+    however long other processes held the core meanwhile); ``cost`` is the median of the last
+    few. The interval is that cost over ``share`` (writing at most that share of the time), at
+    most ``cap`` and at most ``budget`` less the ``overhead`` (by ``clock``, wall time: the median
+    of how late each read began and how long it took until its fan-out ended, what a loaded
+    machine adds to the wait), and at least ``floor`` (which wins when it is the higher: a fixed
+    interval). ``clock``: seconds, monotonic."""
 
     WINDOW = 9  # fan-outs the cost and the overhead are the medians of
 
@@ -349,6 +350,7 @@ class ReadPacer:
         budget: float = DELIVERY_BUDGET_S,
         share: float = FANOUT_SHARE,
         clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         if floor < 0 or cap < 0 or budget < 0 or not 0 < share <= 1:
             raise ValueError("a read interval's floor, cap and budget are 0 or more, the share in (0, 1]")
@@ -357,6 +359,7 @@ class ReadPacer:
         self.budget = budget
         self.share = share
         self.clock = clock
+        self.cpu_clock = cpu_clock
         self.cost = 0.0  # seconds a fan-out takes (0 until one is measured)
         self.overhead = 0.0  # seconds a read adds to the wait: its lateness, the read, the fan-out
         self._spent: deque[float] = deque(maxlen=self.WINDOW)
@@ -385,10 +388,14 @@ class ReadPacer:
         self._late = 0.0 if self._due is None else max(0.0, now - self._due)
         self._due = None
 
+    def fanning_out(self) -> float:
+        """A fan-out begins: the mark to give ``fanned_out`` (by ``cpu_clock``)."""
+        return self.cpu_clock()
+
     def fanned_out(self, started: float) -> None:
-        """A fan-out that began at ``started`` (by ``clock``) has ended."""
+        """The fan-out ``fanning_out`` marked has ended (its subscribers have written)."""
         now = self.clock()
-        self._spent.append(max(0.0, now - started))
+        self._spent.append(max(0.0, self.cpu_clock() - started))
         self.cost = statistics.median(self._spent)
         if self._last_read is not None:
             self._overheads.append(self._late + max(0.0, now - self._last_read))
@@ -501,7 +508,7 @@ class Feed:
                 records, items = await self._read(start, None, everything)
                 if self._next != start:
                     continue  # everyone left (or the reader was re-aimed) meanwhile: drop the batch
-                started = pacer.clock()
+                started = pacer.fanning_out()
                 if items:
                     batch = FeedBatch(items)  # one object, its bytes joined once, for every subscriber
                     for sub in list(self._subs):

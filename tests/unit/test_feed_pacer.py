@@ -1,8 +1,9 @@
-"""The change feed's read interval rule (api/services/feed.py ``ReadPacer``) on an injected
-clock: it grows with what a fan-out costs, between the floor and the cap; what a loaded machine
-adds to each read (its lateness, the read, the fan-out) comes off the delivery budget; the floor
-overrides; a read after a quiet spell is never delayed; one stretched fan-out moves nothing. And
-the feed's reader measures its fan-outs (what the rule is fed), with no timing assertion."""
+"""The change feed's read interval rule (api/services/feed.py ``ReadPacer``) on injected clocks:
+it grows with what a fan-out costs (CPU), between the floor and the cap; what a loaded machine
+adds to each read (its lateness, the read, the fan-out: wall time) comes off the delivery budget;
+the floor overrides; a read after a quiet spell is never delayed; one stretched fan-out moves
+nothing. And the feed's reader measures its fan-outs (what the rule is fed), with no timing
+assertion."""
 
 from __future__ import annotations
 
@@ -26,14 +27,14 @@ class Clock:
 
 
 def fan_out(pacer: ReadPacer, clock: Clock, seconds: float) -> None:
-    started = clock()
+    started = pacer.fanning_out()
     clock.now += seconds
     pacer.fanned_out(started)
 
 
 def test_until_a_fan_out_is_measured_the_interval_is_the_floor_and_the_first_read_goes_at_once() -> None:
     clock = Clock()
-    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock)
+    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock, cpu_clock=clock)
     assert pacer.interval == 0.025
     assert pacer.delay() == 0.0  # never read: now
     pacer.reading()
@@ -44,25 +45,25 @@ def test_until_a_fan_out_is_measured_the_interval_is_the_floor_and_the_first_rea
 
 def test_the_interval_is_the_fan_out_cost_over_the_share_between_floor_and_cap() -> None:
     clock = Clock()
-    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock)
+    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock, cpu_clock=clock)
     fan_out(pacer, clock, 0.0005)  # a few subscribers: 0.5 ms / 2.5 % = 20 ms, under the floor
     assert pacer.cost == pytest.approx(0.0005) and pacer.interval == 0.025
-    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock)
+    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock, cpu_clock=clock)
     fan_out(pacer, clock, 0.0015)  # more subscribers, a costlier fan-out: 60 ms
     assert pacer.interval == pytest.approx(0.06)
-    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock)
+    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock, cpu_clock=clock)
     fan_out(pacer, clock, 0.004)  # 160 ms would write 2.5 % of the time, but delivery comes first
     assert pacer.interval == 0.085
 
 
 def test_a_floor_above_the_cap_is_a_fixed_interval_and_a_zero_floor_is_allowed() -> None:
     clock = Clock()
-    fixed = ReadPacer(0.2, cap=0.085, share=0.025, clock=clock)
+    fixed = ReadPacer(0.2, cap=0.085, share=0.025, clock=clock, cpu_clock=clock)
     fan_out(fixed, clock, 0.0001)
     assert fixed.interval == 0.2
     fan_out(fixed, clock, 0.01)
     assert fixed.interval == 0.2
-    free = ReadPacer(0.0, cap=0.085, share=0.025, clock=clock)
+    free = ReadPacer(0.0, cap=0.085, share=0.025, clock=clock, cpu_clock=clock)
     assert free.interval == 0.0 and free.delay() == 0.0
     fan_out(free, clock, 0.0001)
     assert free.interval == pytest.approx(0.004)
@@ -70,7 +71,7 @@ def test_a_floor_above_the_cap_is_a_fixed_interval_and_a_zero_floor_is_allowed()
 
 def test_the_cost_is_the_median_of_recent_fan_outs_so_one_stretched_fan_out_moves_nothing() -> None:
     clock = Clock()
-    pacer = ReadPacer(0.0, cap=1.0, share=0.1, clock=clock)
+    pacer = ReadPacer(0.0, cap=1.0, share=0.1, clock=clock, cpu_clock=clock)
     for _ in range(ReadPacer.WINDOW - 1):
         fan_out(pacer, clock, 0.002)
     fan_out(pacer, clock, 0.5)  # the machine's other work held the loop for once
@@ -82,7 +83,7 @@ def test_the_cost_is_the_median_of_recent_fan_outs_so_one_stretched_fan_out_move
 
 def test_a_read_after_a_quiet_spell_is_not_delayed_whatever_the_interval() -> None:
     clock = Clock()
-    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock)
+    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock, cpu_clock=clock)
     fan_out(pacer, clock, 0.004)
     pacer.reading()
     clock.now += 0.03
@@ -99,10 +100,10 @@ def read_and_fan_out(pacer: ReadPacer, clock: Clock, read_s: float, fan_out_s: f
 
 def test_what_a_read_and_its_fan_out_take_comes_off_the_delivery_budget() -> None:
     clock = Clock()
-    pacer = ReadPacer(0.025, cap=0.085, budget=0.09, share=0.02, clock=clock)
+    pacer = ReadPacer(0.025, cap=0.085, budget=0.09, share=0.02, clock=clock, cpu_clock=clock)
     read_and_fan_out(pacer, clock, 0.002, 0.003)  # idle: 5 ms of overhead, the cap stands
     assert pacer.overhead == pytest.approx(0.005) and pacer.interval == 0.085
-    loaded = ReadPacer(0.025, cap=0.085, budget=0.09, share=0.02, clock=clock)
+    loaded = ReadPacer(0.025, cap=0.085, budget=0.09, share=0.02, clock=clock, cpu_clock=clock)
     read_and_fan_out(loaded, clock, 0.027, 0.003)  # a loaded machine: 30 ms, so 60 ms of wait
     assert loaded.overhead == pytest.approx(0.03) and loaded.interval == pytest.approx(0.06)
     read_and_fan_out(loaded, clock, 0.2, 0.003)  # once past the budget: the floor, not less
@@ -112,7 +113,7 @@ def test_what_a_read_and_its_fan_out_take_comes_off_the_delivery_budget() -> Non
 
 def test_a_read_that_begins_late_counts_its_lateness() -> None:
     clock = Clock()
-    pacer = ReadPacer(0.025, cap=0.085, budget=0.09, share=0.02, clock=clock)
+    pacer = ReadPacer(0.025, cap=0.085, budget=0.09, share=0.02, clock=clock, cpu_clock=clock)
     read_and_fan_out(pacer, clock, 0.001, 0.004)  # 5 ms of overhead: 85 ms
     clock.now += 0.01
     wait = pacer.delay()
@@ -127,16 +128,29 @@ def test_a_read_that_begins_late_counts_its_lateness() -> None:
     assert sorted(pacer._overheads) == pytest.approx([0.005, 0.005, 0.035])
 
 
+def test_a_fan_out_costs_its_cpu_time_while_the_wait_it_adds_counts_in_wall_time() -> None:
+    wall, cpu = Clock(), Clock()
+    pacer = ReadPacer(0.025, cap=0.085, budget=0.09, share=0.02, clock=wall, cpu_clock=cpu)
+    pacer.reading()
+    wall.now += 0.002  # the read
+    started = pacer.fanning_out()
+    cpu.now += 0.001  # 20 subscribers' writes: 1 ms of the loop thread's CPU ...
+    wall.now += 0.03  # ... spread over 30 ms while other processes held the core
+    pacer.fanned_out(started)
+    assert pacer.cost == pytest.approx(0.001) and pacer.overhead == pytest.approx(0.032)
+    assert pacer.interval == pytest.approx(0.05)  # the cost asks 50 ms, the budget allows 58
+
+
 def test_a_floor_above_the_budget_is_still_the_interval() -> None:
     clock = Clock()
-    pacer = ReadPacer(0.2, cap=0.085, budget=0.09, share=0.02, clock=clock)
+    pacer = ReadPacer(0.2, cap=0.085, budget=0.09, share=0.02, clock=clock, cpu_clock=clock)
     read_and_fan_out(pacer, clock, 0.05, 0.01)
     assert pacer.interval == 0.2
 
 
 def test_a_clock_going_backwards_never_counts_as_negative_cost() -> None:
     clock = Clock()
-    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock)
+    pacer = ReadPacer(0.025, cap=0.085, share=0.025, clock=clock, cpu_clock=clock)
     fan_out(pacer, clock, -1.0)
     assert pacer.cost == 0.0 and pacer.interval == 0.025
 
