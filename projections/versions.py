@@ -183,24 +183,12 @@ class VersionsProjection:
     def _compact(self) -> None:
         """Columns of the live rows only, once dropped slots are most of them (an agent wiped)."""
         keep = sorted(self._slot.values())
-        names = self._names
-        self._columns(
-            (
-                [self._ref[i] for i in keep],
-                [names[self._agent[i]] for i in keep],
-                [names[self._project[i]] for i in keep],
-                [self._msg[i] for i in keep],
-                [self._version[i] for i in keep],
-                [self._written_at[i] for i in keep],
-                [self._written_off[i] for i in keep],
-                [self._verified_at[i] for i in keep],
-                [self._verified_off[i] for i in keep],
-            )
-        )
+        self._columns(tuple(zip(*map(self._fields, keep), strict=True)) if keep else _NO_ROWS)
 
-    def _row(self, i: int) -> VersionRow:
+    def _fields(self, i: int) -> list[Any]:
+        """The row in slot ``i`` as its snapshot list (``_FIELDS`` order)."""
         names = self._names
-        return VersionRow(
+        return [
             self._ref[i],
             names[self._agent[i]],
             names[self._project[i]],
@@ -210,7 +198,10 @@ class VersionsProjection:
             self._written_off[i],
             self._verified_at[i],
             self._verified_off[i],
-        )
+        ]
+
+    def _row(self, i: int) -> VersionRow:
+        return VersionRow(*self._fields(i))
 
     def of(self, ref: str) -> VersionRow | None:
         i = self._slot.get(ref)
@@ -245,21 +236,7 @@ class VersionsProjection:
         return out
 
     def to_snapshot(self) -> dict[str, Any]:
-        names = self._names
-        rows = [
-            [
-                ref,
-                names[self._agent[i]],
-                names[self._project[i]],
-                self._msg[i],
-                self._version[i],
-                self._written_at[i],
-                self._written_off[i],
-                self._verified_at[i],
-                self._verified_off[i],
-            ]
-            for ref, i in sorted(self._slot.items())
-        ]
+        rows = [self._fields(i) for _, i in sorted(self._slot.items())]
         return {"format": VERSIONS_FORMAT, "fields": list(_FIELDS), "rows": rows}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:

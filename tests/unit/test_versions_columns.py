@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from memstream.projections import versions
 from memstream.projections.row_dicts import field_names, row_lists
 from memstream.projections.runner import digest_of
-from memstream.projections.versions import VersionRow, VersionsProjection, buckets_meet
+from memstream.projections.versions import VersionRow, VersionsProjection
+from tests.unit.test_versions_index import scanned
 
 AGENTS = ("a", "b")
 
@@ -102,21 +103,7 @@ class RowStore:
         return {"format": 2, "fields": field_names(VersionRow), "rows": rows}
 
     def superseded_by(self, agent: str) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for ref, row in self.rows.items():
-            if row.msg_id is None or row.agent_id != agent:
-                continue
-            newer = [
-                o
-                for o in self.rows.values()
-                if o.agent_id == agent
-                and o.msg_id == row.msg_id
-                and o.written_offset > row.written_offset
-                and buckets_meet(o.project_id, row.project_id)
-            ]
-            if newer:
-                out[ref] = [o.ref for o in sorted(newer, key=lambda o: -o.written_offset)]
-        return out
+        return scanned(self, agent)
 
 
 @contextmanager

@@ -5,13 +5,13 @@ folded or loaded from its snapshot."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstream.projections.versions import VersionsProjection, buckets_meet
+from memstream.projections.versions import VersionRow, VersionsProjection, buckets_meet
 
 AGENTS = ("a", "b")
 
@@ -76,7 +76,12 @@ def events(spec: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     return out
 
 
-def scanned(p: VersionsProjection, agent: str) -> dict[str, list[str]]:
+class HasRows(Protocol):
+    @property
+    def rows(self) -> dict[str, VersionRow]: ...
+
+
+def scanned(p: HasRows, agent: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for ref, row in p.rows.items():
         if row.msg_id is None or row.agent_id != agent:
