@@ -305,6 +305,7 @@ class ResourceWatch:
         self._uris: dict[str, set[str]] = {}  # agent -> watched URIs
         self._readers: dict[str, asyncio.Task[None]] = {}
         self._ready: dict[str, asyncio.Event] = {}
+        self._failed: dict[str, str] = {}  # agent -> why its feed subscription ended
         self._pending: dict[str, None] = {}  # an ordered set
         self._wake = asyncio.Event()
         self._closed = False
@@ -337,6 +338,17 @@ class ResourceWatch:
                 await asyncio.wait_for(ready.wait(), OPEN_SECONDS)
             except TimeoutError:
                 log.warning("the change feed of agent %r is not in place yet; watching it anyway", ref.agent_id)
+        why = self._failed.pop(ref.agent_id, None)
+        if why is not None:
+            # Its feed subscription could not be opened (or ended at once): answering the
+            # subscribe would promise updates nobody sends. The next subscribe opens it again.
+            self._readers.pop(ref.agent_id, None)
+            self._ready.pop(ref.agent_id, None)
+            uris.discard(ref.uri)
+            if not uris:
+                self._uris.pop(ref.agent_id, None)
+            message = f"the change feed of agent {ref.agent_id!r} is unavailable ({why}); subscribe again"
+            raise MCPError(types.INTERNAL_ERROR, message)
 
     def remove(self, uri: str) -> bool:
         """Stop watching ``uri``; its agent's feed subscription ends with the last of its URIs."""
@@ -372,9 +384,13 @@ class ResourceWatch:
                     self._wake.set()
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
+            if self._readers.get(agent) is asyncio.current_task():
+                self._failed[agent] = f"{type(exc).__name__}: {exc}"
             log.exception("the change feed of agent %r failed; its subscriptions get no more updates", agent)
         finally:
+            if self._readers.get(agent) is asyncio.current_task():
+                self._failed.setdefault(agent, "it ended")  # before the ready below: a waiting add sees it
             ready = self._ready.get(agent)
             if ready is not None:
                 ready.set()  # nobody waits for a reader that has ended
@@ -402,6 +418,7 @@ class ResourceWatch:
         for ready in self._ready.values():
             ready.set()
         self._ready.clear()
+        self._failed.clear()
         self._uris.clear()
         self._pending.clear()
         for task in tasks:

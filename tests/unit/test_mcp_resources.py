@@ -13,7 +13,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from memstream.api.faces.feed import FeedRequest, PositionError
+from memstream.api.faces.feed import FeedRequest, FeedUnavailable, PositionError
 from memstream.api.faces.mcp_resources import (
     READY,
     ResourceWatch,
@@ -248,3 +248,27 @@ async def test_a_cut_off_that_cannot_resume_resyncs_every_watched_uri() -> None:
     assert [r.at for r in source.requests] == [None, "p:1", None]
     await watch.close()
     assert all(stream.closed for stream in source.streams)
+
+
+async def test_a_subscribe_whose_feed_cannot_be_opened_is_refused_and_the_next_one_opens_it() -> None:
+    """The feed refuses the subscription (Kafka mode: the router's consumer could not read the
+    events topic): the subscribe fails with the reason instead of being answered with a watch
+    that nobody feeds; a later subscribe to the agent opens the feed again."""
+
+    class Refusing(ScriptedSource):
+        async def open(self, request: FeedRequest) -> Stream:
+            if not self.requests:
+                self.requests.append(request)
+                raise FeedUnavailable("the events topic could not be read: KafkaTimeoutError")
+            return await super().open(request)
+
+    source = Refusing(([[Item(7)]], None))
+    watch = ResourceWatch(source_changes(source))
+    with pytest.raises(MCPError, match=r"change feed of agent 'a1' is unavailable \(.*KafkaTimeoutError\)"):
+        await watch.add(CALLER, parse_uri(memory_uri("a1", 7)))
+    assert watch.watched == set() and watch.feeds == 0
+    await watch.add(CALLER, parse_uri(memory_uri("a1", 7)))
+    async with asyncio.timeout(5):
+        assert await anext(watch.updates()) == memory_uri("a1", 7)
+    assert len(source.requests) == 2
+    await watch.close()

@@ -150,6 +150,8 @@ class KafkaStream:
                     self._ready.set()
         except KafkaError as exc:
             log.warning("change feed: reading the events topic failed, ending a stream: %s", exc)
+        except Exception:  # a record that cannot be opened (its key store unreachable): said, not swallowed
+            log.exception("change feed: a record of the events topic could not be read, ending a stream")
         finally:
             self._ended = True
             self._ready.set()
