@@ -1,7 +1,9 @@
 """Restart from checkpoints: N memories with 384-d vectors, a server started on the filled data
 directory, timed from process start to ``/health`` answering (wall, and the server's own CPU
-seconds), with its RSS then (anonymous and file-backed: the vectors sidecar is mapped); and, in
-fresh processes, what the decision state and each read model's checkpoint cost to load
+seconds), with its RSS then (anonymous and file-backed: the vectors sidecar is mapped), and what
+the first recall and store then take (against a second recall: whatever a start left for the
+first call shows there); and, in fresh processes, what the configured embedder, the decision
+state and each read model's checkpoint cost to load
 (seconds; as the server loads them, with the cyclic collector paused when the code has that)
 and to hold (bytes, by tracemalloc, which does not see a mapped file's pages), per memory.
 
@@ -116,12 +118,30 @@ def restart(data: Path, code: Path | None) -> dict[str, Any]:
             except OSError:
                 time.sleep(0.02)
         seconds = time.perf_counter() - started
-        return {
+        out: dict[str, Any] = {
             "health_s": round(seconds, 2),
             "cpu_s": round(cpu_s(proc.pid), 2),
             **rss(proc.pid),
             "peak_rss_mb": status_kb(proc.pid, "VmHWM") // 1024,
         }
+        # What the first calls pay after /health (a model or index loaded on demand shows here),
+        # against the same calls again: a recall, a store (embedded), then a recall again.
+        base = f"http://127.0.0.1:{port}/v1/tools"
+        query = {"agent_id": "eval", "query": "a unit of money", "limit": 10}
+        for name, tool, args in (
+            ("first_recall_ms", "recall", query),
+            ("first_store_ms", "store", {"agent_id": "restart-probe", "content": f"a restart at {time.time()}"}),
+            ("second_recall_ms", "recall", query),
+        ):
+            t = time.perf_counter()
+            body = json.dumps(args).encode()
+            call = urllib.request.Request(f"{base}/{tool}", body, {"content-type": "application/json"})
+            with urllib.request.urlopen(call, timeout=120) as r:
+                r.read()
+            out[name] = round((time.perf_counter() - t) * 1000, 1)
+        out["cpu_after_calls_s"] = round(cpu_s(proc.pid), 2)
+        out.update({f"{k}_after_calls": v for k, v in rss(proc.pid).items()})  # a model loaded on demand counts
+        return out
     finally:
         proc.send_signal(signal.SIGTERM)  # a clean stop writes the checkpoints again
         proc.wait(timeout=300)
@@ -172,8 +192,14 @@ def components(data: Path, trace: bool) -> dict[str, Any]:
     except ImportError:
         collector_paused = contextlib.nullcontext
 
+    def embedder() -> Any:  # the configured model: a start loads it too (the first store needs it)
+        from memstream.api.services.embedding import load_embedder
+
+        return load_embedder(url=settings.embedding_url, name=settings.embedder)
+
     if trace:
         tracemalloc.start()
+    measure("embedder", embedder)
     measure("decision", decision)  # the server loads it first
     with collector_paused():
         for model in catalog.CATALOG:
@@ -269,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         comp["total_bytes_per_memory"] = round(sum(sizes[k]["bytes"] for k in times) / n)
         report[f"components_{variant}"] = comp
         mine = [r for r in runs if r["variant"] == variant]
-        for key in ("health_s", "cpu_s", "rss_mb", "rss_anon_mb", "rss_file_mb"):
+        keys = ("health_s", "cpu_s", "rss_mb", "rss_anon_mb", "rss_file_mb", "first_recall_ms", "first_store_ms")
+        for key in (*keys, "second_recall_ms", "cpu_after_calls_s", "rss_anon_mb_after_calls"):
             report[f"median_{key}_{variant}"] = sorted(r[key] for r in mine)[len(mine) // 2]
     report["machine"]["load_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
