@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from eval_recall import AGENT, REPO, Dataset, K, assign_halves, load_dataset, ndcg_at_k, recall_at_k
 
-from memstream.api.query.recall import fusion, rerank, speakers
+from memstream.api.query.recall import coverage, fusion, rerank, speakers
 from memstream.api.query.recall.gate import GateConfig, apply_gate
 from memstream.api.query.recall.neighbours import neighbour_scores, reorder
 from memstream.api.services.embedding import load_local_embedder
@@ -378,10 +378,12 @@ def pool_of(
     content: dict[str, str | None] = {r: ag.texts[int(r.split(":")[1]) - 1] for r in refs}
     cands = speakers.boost(cands, content.get, named, boost)
     spoke = {r for r, t in content.items() if speakers.speaker_of(t) in named}
-    return cands, rerank.Signals(v, lx, lists.shares, adjacency, spoke, content, lists.text)
+    near = {n for pair in adjacency.values() for n in pair if n is not None}
+    held = coverage.coverage_of(ag.lexical, ag.name, lists.text, refs | near)
+    return cands, rerank.Signals(v, lx, lists.shares, adjacency, spoke, content, lists.text, held)
 
 
-def second_stage(model: rerank.Model, pool: int = 3 * K) -> Variant:
+def second_stage(model: rerank.Model, pool: int = rerank.DEPTH_FACTOR * K) -> Variant:
     """What recall does since the third pass: the candidates of ``pool`` rows of each list
     ordered by ``model`` when they are conversation turns, else the first stage (``speaker-0.5``)."""
 
@@ -579,7 +581,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     qids = [q for qs in ds.query_sets.values() for q in qs if not args.dev_half or ds.half_of[q] == "dev"]
     texts = {q: t for qs in ds.query_sets.values() for q, t in qs.items()}
     qvecs = dict(zip(qids, emb.embed([texts[q] for q in qids]), strict=True))
-    lists = {q: retrieve(agents[ds.agent_of.get(q, AGENT)], qvecs[q], texts[q], 5 * K) for q in qids}
+    depth = max(5 * K, rerank.DEPTH_FACTOR * K)  # as deep as the second stage reads
+    lists = {q: retrieve(agents[ds.agent_of.get(q, AGENT)], qvecs[q], texts[q], depth) for q in qids}
     cat_of = {q: name for name, qs in ds.query_sets.items() for q in qs}
     if args.oracle:
         return oracle(ds, agents, qvecs, texts, qids)

@@ -16,6 +16,7 @@ against the default: the rule that a LoCoMo change must not regress the dictiona
     python bench/rerank_fit.py --cv                      # held-out figures per fold
     python bench/rerank_fit.py                           # fit on all five, print the constants
     python bench/rerank_fit.py --check bench/eval_data/wn-gcide
+    python bench/rerank_fit.py --ceiling --pool 10,20,30,60   # evidence among the candidates
 """
 
 from __future__ import annotations
@@ -90,21 +91,62 @@ class Query:
     applies: bool = True  # the second stage runs on these candidates (``rerank.conversational``)
 
 
+def expanded(
+    ag: Agent, cands: list[fusion.Candidate], sig: rerank.Signals
+) -> tuple[list[fusion.Candidate], rerank.Signals]:
+    """The candidates plus the turn before and after each that neither list holds, appended
+    after them with no list's signals (no cosine, no rrf): the pool a second stage could rank if
+    it read a candidate's neighbours too (``--extra expand``)."""
+    have = {c.ref for c in cands}
+    n = len(ag.doc_ids)
+    adjacency = dict(sig.adjacency)
+    content = dict(sig.content)
+    added = []
+    for c in cands:
+        p = int(c.ref.split(":")[1])
+        for d in (p - 1, p + 1):
+            ref = f"mem:{d}"
+            if 1 <= d <= n and ref not in have:
+                have.add(ref)
+                added.append(fusion.Candidate(ref))
+                adjacency[ref] = (f"mem:{d - 1}" if d > 1 else None, f"mem:{d + 1}" if d < n else None)
+                content[ref] = ag.texts[d - 1]
+    named = speakers.named_in(sig.query)
+    spoke = set(sig.speakers) | {c.ref for c in added if speakers.speaker_of(content[c.ref]) in named}
+    new = rerank.Signals(sig.vector, sig.lexical, sig.shares, adjacency, spoke, content, sig.query, sig.coverage)
+    return cands + added, new
+
+
 def queries(
-    ds: Dataset, agents: dict[str, Agent], lists: dict[str, Lists], pool: int, extra: Sequence[str] = ()
+    ds: Dataset,
+    agents: dict[str, Agent],
+    lists: dict[str, Lists],
+    pool: int,
+    extra: Sequence[str] = (),
+    expand: bool = False,
+    drop: Sequence[str] = (),
 ) -> list[Query]:
+    """Each question's candidates, their features (``rerank.FEATURES``, then ``extra``; the
+    columns of ``drop`` zeroed, so a fit gives them weight 0) and labels."""
     out = []
     for q, ls in lists.items():
         ag = agents[ds.agent_of.get(q, AGENT)]
         cands, sig = pool_of(ag, ls, pool)
+        first = len(cands)
+        if expand:
+            cands, sig = expanded(ag, cands, sig)
         applies = rerank.conversational(sig.content, sig.content)
         rel = set(ds.qrels[q])
         y = np.array([ag.doc_ids[int(c.ref.split(":")[1]) - 1] in rel for c in cands], dtype=np.float64)
         x = np.array(rerank.feature_rows(cands, sig), dtype=np.float64).reshape(len(cands), len(rerank.FEATURES))
+        for name in drop:
+            x[:, rerank.FEATURES.index(name)] = 0.0
         if extra:
             cue = cue_rows(ls.text, cands, dict(sig.content))
             cue["cluster"] = cluster(ag, cands)
             x = np.hstack([x, np.array([cue[e] for e in extra], dtype=np.float64).T.reshape(len(cands), len(extra))])
+        if expand:  # 1 for a row only the expansion brought
+            x = np.hstack([x, (np.arange(len(cands)) >= first).astype(np.float64)[:, None]])
         out.append(Query(q, ds.agent_of.get(q, AGENT), cands, x, y, ag, applies))
     return out
 
@@ -168,7 +210,10 @@ def score(qs: Sequence[Query], ds: Dataset, model: rerank.Model | None) -> Score
     return r10, r5, nd
 
 
-def prepare(data: Path, embedder: str | None, dev_half: bool) -> tuple[Dataset, dict[str, Agent], dict[str, Lists]]:
+def prepare(
+    data: Path, embedder: str | None, dev_half: bool, depth: int = max(5 * K, rerank.DEPTH_FACTOR * K)
+) -> tuple[Dataset, dict[str, Agent], dict[str, Lists]]:
+    """The dataset, its agents, and each question's two lists ``depth`` rows deep."""
     ds = load_dataset(data)
     if dev_half:
         ds = assign_halves(ds)
@@ -177,7 +222,36 @@ def prepare(data: Path, embedder: str | None, dev_half: bool) -> tuple[Dataset, 
     qids = [q for qs in ds.query_sets.values() for q in qs if not dev_half or ds.half_of[q] == "dev"]
     texts = {q: t for qs in ds.query_sets.values() for q, t in qs.items()}
     qvecs = dict(zip(qids, emb.embed([texts[q] for q in qids]), strict=True))
-    return ds, agents, {q: retrieve(agents[ds.agent_of.get(q, AGENT)], qvecs[q], texts[q], 5 * K) for q in qids}
+    return ds, agents, {q: retrieve(agents[ds.agent_of.get(q, AGENT)], qvecs[q], texts[q], depth) for q in qids}
+
+
+def ceiling(ds: Dataset, agents: dict[str, Agent], lists: dict[str, Lists], pools: Sequence[int]) -> dict[str, object]:
+    """The share of each question's evidence turns among the second stage's candidates at each
+    pool depth (and with every candidate's previous and next turn), per category: the most any
+    reordering of them can reach."""
+    cat_of = {q: name for name, qs in ds.query_sets.items() for q in qs}
+    out: dict[str, object] = {}
+    for pool in pools:
+        own: dict[str, float] = {}
+        near: dict[str, float] = {}
+        size = []
+        for q, ls in lists.items():
+            ag = agents[ds.agent_of.get(q, AGENT)]
+            cands, _ = pool_of(ag, ls, pool)
+            at = {int(c.ref.split(":")[1]) - 1 for c in cands}
+            around = at | {p + d for p in at for d in (-1, 1) if 0 <= p + d < len(ag.doc_ids)}
+            rel = set(ds.qrels[q])
+            own[q] = len(rel & {ag.doc_ids[p] for p in at}) / len(rel)
+            near[q] = len(rel & {ag.doc_ids[p] for p in around}) / len(rel)
+            size.append(len(cands))
+        row: dict[str, object] = {"candidates": statistics.fmean(size)}
+        for label, got in (("pool", own), ("with_neighbours", near)):
+            row[label] = {"all": statistics.fmean(got.values())} | {
+                c: statistics.fmean(got[q] for q in got if cat_of[q] == c) for c in ds.query_sets
+            }
+        out[f"pool{pool}"] = row
+        print(f"pool {pool}:", json.dumps(row), flush=True)
+    return out
 
 
 def summary(s: Scores, base: Scores, qids: Sequence[str]) -> dict[str, object]:
@@ -217,8 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--extra",
         default="",
         help="signal sets to add to the features, ';' between sets, ',' inside one ('' = none), of: "
-        + ", ".join(EXTRA),
+        + ", ".join(EXTRA)
+        + "; 'expand': each candidate's neighbours join the pool, with a signal saying so;"
+        + " '-NAME': a signal of rerank.FEATURES left out (weight 0)",
     )
+    ap.add_argument("--ceiling", action="store_true", help="evidence among the candidates at each --pool depth")
+    ap.add_argument("--against", default="", help="with --cv: a label whose held-out scores the others are paired with")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     report: dict[str, object] = {}
@@ -234,16 +312,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             nd = report[name]["ndcg@10"]  # type: ignore[index]
             d, ci = nd["minus_default"]
             print(f"{name}: NDCG@10 {nd['value']:.3f} minus default {d:+.3f} ± {ci:.3f}")
+    elif args.ceiling:
+        pools = [int(p) for p in args.pool.split(",")]
+        ds, agents, lists = prepare(args.data, args.embedder, dev_half=False, depth=max(5 * K, *pools))
+        report = ceiling(ds, agents, lists, pools)
     else:
-        ds, agents, lists = prepare(args.data, args.embedder, dev_half=False)
+        deepest = max(map(int, args.pool.split(",")))
+        ds, agents, lists = prepare(args.data, args.embedder, dev_half=False, depth=max(5 * K, deepest))
         base = evaluate(VARIANTS["first-stage"], ds, agents, lists)
         qids = list(lists)
         convs = sorted({ds.agent_of[q] for q in qids})
         dated = [q for q in qids if dates.date_in(lists[q].text).named]
         plain: dict[str, Scores] = {}  # held-out scores without cue signals, by setting
+        every: dict[str, Scores] = {}  # held-out scores by label, for ``--against``
         for pool, extra in ((p, e) for p in map(int, args.pool.split(",")) for e in args.extra.split(";")):
             cue_set = [e for e in extra.split(",") if e]
-            qs = queries(ds, agents, lists, pool, cue_set)
+            expand = "expand" in cue_set
+            drop = [e[1:] for e in cue_set if e.startswith("-")]
+            cues = [e for e in cue_set if e != "expand" and not e.startswith("-")]
+            qs = queries(ds, agents, lists, pool, cues, expand, drop)
             first = summary(score(qs, ds, None), base, qids)
             report[f"pool{pool}-first-stage"] = first
             r, n = first["recall@10"], first["ndcg@10"]  # type: ignore[index]
@@ -283,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         row = summary(score(qs, ds, model), base, qids)
                         row["model"] = {"weights": model.weights}
                     report[label] = row
+                    if args.cv:
+                        every[label] = held
                     r, n = row["recall@10"], row["ndcg@10"]  # type: ignore[index]
                     spread = ""
                     if args.cv:
@@ -298,6 +387,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"  NDCG@10 {n['value']:.3f} ({dn:+.3f} ± {cn:.3f}){spread}",
                         flush=True,
                     )
+        if args.against and args.against in every:
+            ref = every[args.against]
+            print(f"held out, paired minus {args.against} (± 1.96·SE):")
+            for label, held in every.items():
+                pair = {m: paired(held[i], ref[i], qids) for i, m in ((0, "recall@10"), (2, "ndcg@10"))}
+                report[label]["minus_" + args.against] = {m: [round(d, 4), round(c, 4)] for m, (d, c) in pair.items()}  # type: ignore[index]
+                (dr, cr), (dn, cn) = pair["recall@10"], pair["ndcg@10"]
+                print(f"  {label}: R@10 {dr:+.3f} ± {cr:.3f}  NDCG@10 {dn:+.3f} ± {cn:.3f}")
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     return 0

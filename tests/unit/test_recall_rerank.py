@@ -9,10 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from memstream.api.query.recall import dates, rerank
+from memstream.api.query.recall import coverage, dates, rerank
 from memstream.api.query.recall.fusion import rrf
 from memstream.api.query.recall.pipeline import RecallRequest, run_recall
 from memstream.api.query.recall.speakers import spoken_by
+from memstream.projections.lexical.text import query_tokens, tokens
 from memstream.projections.scope import ScopeFilter
 from tests.unit.test_recall_neighbours import DIM, Models, Opts, _stored, _vec
 
@@ -29,7 +30,10 @@ def _signals(
     adjacency = {"mem:1": (None, "mem:2"), "mem:2": ("mem:1", "mem:3"), "mem:3": ("mem:2", None)}
     named = spoken_by(TURNS, {"caroline"})
     query = "When did Caroline paint in May 2023?"
-    return rerank.Signals(vector, lexical, shares, adjacency, named, dict(TURNS), query)
+    words = query_tokens(query)  # every query word as rare as the others
+    held = {r: sum(1 << i for i, w in enumerate(words) if w in tokens(t)) for r, t in TURNS.items()}
+    cover = coverage.Coverage([1.0] * len(words), held)
+    return rerank.Signals(vector, lexical, shares, adjacency, named, dict(TURNS), query, cover)
 
 
 def _row(x: list[float]) -> dict[str, float]:
@@ -56,6 +60,8 @@ def test_features_read_each_list_and_the_neighbours() -> None:
     # "When ... in May 2023?": every turn is of a 1 May 2023 session; only the first says a time
     assert all(r["date_month"] == 1.0 and r["date_day"] == 0.0 for r in rows.values())
     assert [rows[r]["when_time"] for r in ("mem:1", "mem:2", "mem:3")] == [1.0, 0.0, 0.0]
+    # 7 query words: the answer holds "Caroline", "May", "2023"; its question adds "did", "paint"
+    assert answer["cover_previous"] == pytest.approx(5 / 7) and answer["cover_next"] == pytest.approx(3 / 7)
 
 
 @pytest.mark.parametrize(

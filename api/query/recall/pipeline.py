@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from memstream.api.query.recall import fusion, neighbours, rerank, speakers
+from memstream.api.query.recall import coverage, fusion, neighbours, rerank, speakers
 from memstream.api.query.recall.gate import GateConfig, apply_gate, autocut, confidence_of, episode_factor, keyed_signal
 from memstream.api.query.recall.models import RecallModels, Row
 from memstream.api.query.recall.options import RecallSettings
@@ -209,9 +209,16 @@ def run_recall(
                 settings.recall_speaker_boost,
             )
             if second_stage:
-                signals = rerank.Signals(
-                    window, lexical_vote, shares, adjacency, speakers.spoken_by(content, named), content, req.query
-                )
+                filtered = bool(req.source_id or req.exclude or req.after or req.before)
+                near = {
+                    n
+                    for pair in adjacency.values()
+                    for n in pair
+                    if n is not None and (n in content or not filtered or _admit(engine, req, n))
+                }
+                held = coverage.coverage_of(engine.lexical, req.scope.agent_id, lex_query, {*content, *near})
+                spoken = speakers.spoken_by(content, named)
+                signals = rerank.Signals(window, lexical_vote, shares, adjacency, spoken, content, req.query, held)
                 cands = rerank.rerank(cands, signals, rerank.DEFAULT_MODEL)
 
     cfg = GateConfig(

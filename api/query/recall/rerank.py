@@ -18,13 +18,15 @@ from dataclasses import dataclass
 from typing import Final
 
 from memstream.api.query.recall import dates
+from memstream.api.query.recall.coverage import Coverage
 from memstream.api.query.recall.fusion import Candidate, ordered
 
 Ranked = Sequence[tuple[str, float]]
 
 # Each list is cut at this many times the rows recall returns, for the second stage to reorder:
-# at 3 the LoCoMo development split gains as much as at 5 (docs/eval.md, "Third pass").
-DEPTH_FACTOR: Final = 3
+# on the LoCoMo development split 6 finds more evidence than 3 (held out, recall@10 +0.016 ±
+# 0.013) and 10 no more than 6 (docs/eval.md, "Fifth pass").
+DEPTH_FACTOR: Final = 6
 
 # The signals, in the order of ``WEIGHTS``. Rows a list did not rank get 0 for its signals.
 FEATURES: Final = (
@@ -45,6 +47,8 @@ FEATURES: Final = (
     "date_day",  # 1 when its session date is the day the query names (dates.signals)
     "date_month",  # 1 when its session date is in the month or year the query names
     "when_time",  # 1 when the query asks "when" and the turn's words say a time
+    "cover_previous",  # the share of the query's IDF mass it and the memory before it hold (coverage.py)
+    "cover_next",  # likewise with the memory written just after it
 )
 
 
@@ -59,18 +63,18 @@ class Model:
         return sum(w * v for w, v in zip(self.weights, x, strict=True))
 
 
-# Fitted by ``bench/rerank_fit.py --pool 30 --kind pairwise --l2 0.001`` on the LoCoMo
+# Fitted by ``bench/rerank_fit.py --pool 60 --kind pairwise --l2 0.001`` on the LoCoMo
 # development split (5 conversations, 760 questions; every turn one memory, MiniLM-L6 int8):
 # a logistic model on pairs (an evidence turn against another candidate of its question) over
 # standardised features, L2 0.001, written back on the raw scale (weight / feature's std).
 # Fitted leave-one-conversation-out the same way, each conversation scored by the model of the
-# other four: recall@10 0.681 -> 0.751 and NDCG@10 0.481 -> 0.616; the three date signals add
-# NDCG@10 +0.010 ± 0.007 and recall@10 -0.004 ± 0.009 to the same fit without them (docs/eval.md,
-# "Third pass" and "Fourth pass"). In FEATURES order.
+# other four: recall@10 0.694 -> 0.763 and NDCG@10 0.479 -> 0.628 over the first stage at this
+# depth; against the fourth pass's default (pool 30, no cover signals) recall@10 +0.012 ± 0.013
+# and NDCG@10 +0.012 ± 0.009 (docs/eval.md, "Third pass" to "Fifth pass"). In FEATURES order.
 DEFAULT_MODEL: Final = Model(
     (
-        *(0.0036, 3.0900, 1.3613, 1.5794, 1.0190, 0.4109, 1.8968, -0.1892, 1.3180),
-        *(1.8191, 3.8672, 0.7254, 2.6178, 1.2946, 2.8088, 2.2351, 1.5640),
+        *(-1.1695, 3.3392, 1.6169, -1.6804, 1.2734, 1.7339, 2.1209, -0.1941, 1.1547, 1.7667),
+        *(1.4997, 0.6146, 2.7204, 1.0363, 2.5642, 2.7694, 1.3320, 3.6498, 1.8490),
     )
 )
 
@@ -86,6 +90,7 @@ class Signals:
     speakers: Collection[str]  # refs whose speaker the query names
     content: Mapping[str, str | None]  # each candidate's text (None for an episode)
     query: str  # the question, for its dates
+    coverage: Coverage  # the query words each candidate and its neighbours hold (coverage.py)
 
 
 def features(c: Candidate, s: Signals, index: _Index) -> list[float]:
@@ -110,6 +115,7 @@ def features(c: Candidate, s: Signals, index: _Index) -> list[float]:
         1.0 if c.ref in s.speakers else 0.0,
         math.log1p(len(text.split())) if text else 0.0,
         *dates.signals(index.question, text),
+        *s.coverage.signals(c.ref, prev, nxt),
     ]
 
 
