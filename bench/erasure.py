@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -224,12 +224,17 @@ def erase_path(variant: str, changes: str = "vectors") -> Iterator[None]:
     removing an erased agent's rows one at a time (``_forget`` per row; its graphs are dropped
     first either way, so this "before" is a little faster than the code before that change);
     ``checkpoint``, the decision snapshot built on the writer thread; ``ewait``, both; ``kmig``,
-    the four changes before those. ``now``: as it is."""
+    the four changes before those; ``eemb``, the four after them (``_before_eemb``). ``now``:
+    as it is."""
     if variant == "now":
         yield
         return
     if changes == "kmig":
         with _before_kmig():
+            yield
+        return
+    if changes == "eemb":
+        with _before_eemb():
             yield
         return
     with ExitStack() as undone:
@@ -276,6 +281,41 @@ def _vectors_one_by_one() -> Iterator[None]:
         yield
     finally:
         VectorProjection._forget_many = kept_forget_many  # type: ignore[method-assign]
+
+
+@contextmanager
+def _before_eemb() -> Iterator[None]:
+    """The erase as it was before four changes (``--ab-of eemb``): what an erasure drops (the
+    sealer's cached keys, the decision facts) freed at once on the writer thread instead of in
+    slices on the release thread; a take() of a pooled key waiting for the key store's
+    connection (held by each destruction transaction, of 2,000 keys then) instead of the
+    pool's own lock; the cyclic collector on during the erasure's steps; the interpreter's
+    switch interval left at its default."""
+    from memstream.api.services import erasure as erasure_service
+    from memstream.streams.decision import facts
+    from memstream.streams.keys import sqlite as sqlite_keys
+    from memstream.streams.log import sealing
+
+    def freed_at_once(*containers: Any) -> None:
+        """The caller drops the last reference: freed where it stands, as before."""
+
+    def take_under_the_connection_lock(self: sqlite_keys.SqliteKeyStore) -> tuple[bytes, bytes]:
+        with self._lock:
+            if not self._pool:
+                self._refill()
+            return self._pool.pop()
+
+    kept = (sealing.release_later, facts.release_later, sqlite_keys.SqliteKeyStore.take, sqlite_keys.DESTROY_CHUNK)
+    paused, switches = erasure_service.collector_paused, erasure_service.short_switches
+    sealing.release_later = facts.release_later = freed_at_once
+    sqlite_keys.SqliteKeyStore.take = take_under_the_connection_lock  # type: ignore[method-assign]
+    sqlite_keys.DESTROY_CHUNK = 2_000
+    erasure_service.collector_paused = erasure_service.short_switches = nullcontext  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sealing.release_later, facts.release_later, sqlite_keys.SqliteKeyStore.take, sqlite_keys.DESTROY_CHUNK = kept  # type: ignore[method-assign]
+        erasure_service.collector_paused, erasure_service.short_switches = paused, switches
 
 
 @contextmanager
@@ -382,11 +422,13 @@ async def main() -> None:
     )
     ap.add_argument(
         "--ab-of",
-        choices=("vectors", "checkpoint", "ewait", "kmig"),
+        choices=("vectors", "checkpoint", "ewait", "kmig", "eemb"),
         default="vectors",
         help="With --ab: which change 'before' undoes: the vector read model's bulk drop of an erased "
         "agent's rows (vectors), the decision snapshot built off the writer thread (checkpoint), "
-        "both (ewait), or the four earlier ones (kmig: lexical, decision state, key store, sealer).",
+        "both (ewait), the four earlier ones (kmig: lexical, decision state, key store, sealer), or the four "
+        "after them (eemb: dropped structures freed in slices off the writer, the key pool's own lock, the "
+        "collector paused and a short switch interval during the erasure).",
     )
     ap.add_argument("--ab-rounds", type=int, default=1, help="With --ab: rounds, the order alternating by round.")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "erasure.json")
