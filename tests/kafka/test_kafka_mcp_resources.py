@@ -11,8 +11,9 @@ import os
 import sys
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import httpx2
 import mcp_types as types
@@ -26,6 +27,7 @@ from memstream.api.faces.mcp_resources import memories_uri, memory_uri
 from tests.support.deployment import Deployment, shared_deployment
 
 PARTITIONS = 4
+T = TypeVar("T")
 pytestmark = [pytest.mark.kafka, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
@@ -33,6 +35,16 @@ pytestmark = [pytest.mark.kafka, pytest.mark.filterwarnings("ignore::Deprecation
 def router_url() -> Iterator[str]:
     with shared_deployment() as url:
         yield url
+
+
+async def _within(seconds: float, what: str, waited: Awaitable[T]) -> T:
+    """``waited``'s result; at the deadline a failure naming ``what`` (not a bare TimeoutError
+    in an ExceptionGroup, which does not say which of a test's waits it was)."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await waited
+    except TimeoutError:
+        raise AssertionError(f"no {what} within {seconds:.0f} s") from None
 
 
 def _text(result: types.CallToolResult | types.ReadResourceResult) -> dict[str, object]:
@@ -113,16 +125,14 @@ async def test_router_announces_changes_from_the_events_topic(router_url: str) -
         await writer.call_tool("store", {"agent_id": other, "content": "not watched"})
         await writer.call_tool("store", {"agent_id": agent, "content": "another memory, not watched"})
         await writer.call_tool("update_memory", {"agent_id": agent, "memory_id": mid, "content": "last edit"})
-        async with asyncio.timeout(30):
-            assert await arrived.get() == memory_uri(agent, mid)
+        assert await _within(30, "announcement of the last edit", arrived.get()) == memory_uri(agent, mid)
         late = [arrived.get_nowait() for _ in range(arrived.qsize())]  # a warm-up edit's, if any
         assert set(late) <= {memory_uri(agent, mid)}, late
 
         # 2026-07-28: subscriptions/listen on the router.
         async with writer.listen(resource_subscriptions=[memories_uri(agent)]) as sub:
             await writer.call_tool("store", {"agent_id": agent, "content": "listened to"})
-            async with asyncio.timeout(30):
-                event = await anext(sub)
+            event = await _within(30, "event on the listen stream", anext(sub))
             assert event.uri == memories_uri(agent)  # type: ignore[union-attr]
 
 
@@ -156,7 +166,6 @@ async def test_stdio_router_announces_changes(deployment: Deployment, tmp_path: 
             # The subscribe was answered with its consumer in place: this store is announced.
             await writer.call_tool("store", {"agent_id": "bob", "content": "not watched"})
             await writer.call_tool("update_memory", {"agent_id": "ada", "memory_id": mid, "content": "edited"})
-            async with asyncio.timeout(60):
-                assert await arrived.get() == memories_uri("ada")
+            assert await _within(60, "announcement through the stdio host", arrived.get()) == memories_uri("ada")
             page = _text(await host.read_resource(memories_uri("ada")))
             assert [m["content"] for m in page["memories"]] == ["edited"]  # type: ignore[attr-defined]
