@@ -6,12 +6,15 @@ go on answering meanwhile, and the decider must not wait for it to reply to othe
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
 import threading
 
 from memstream.api.kafka.worker.app import Worker
 from memstream.api.kafka.worker.models import PartitionModels
 from memstream.streams.deciders.step import NewEvent
 from memstream.streams.log.kafka import KafkaConfig
+from memstream.streams.release import SWITCH_S
 
 
 class Recording(PartitionModels):
@@ -20,9 +23,11 @@ class Recording(PartitionModels):
     def __init__(self) -> None:
         super().__init__(0, 0)
         self.threads: dict[int, int] = {}
+        self.collector: dict[int, tuple[bool, float]] = {}  # offset -> (gc on, switch interval)
 
     def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
         self.threads[offset] = threading.get_ident()
+        self.collector[offset] = (gc.isenabled(), sys.getswitchinterval())
         self.offset = offset
 
 
@@ -64,6 +69,9 @@ async def test_an_erasure_is_folded_off_the_loop_and_a_store_on_it() -> None:
     assert models.threads[0] == loop_thread
     assert {models.threads[1], models.threads[2], models.threads[3]}.isdisjoint({loop_thread})
     assert models.offset == 3 and models.folded_by_agent == 4
+    # An erasure folds with the cyclic collector paused and short switches, as embedded.
+    assert models.collector[2] == (False, SWITCH_S) and models.collector[0] == (True, sys.getswitchinterval())
+    assert gc.isenabled()
 
 
 async def test_the_loop_answers_while_an_erasure_folds() -> None:

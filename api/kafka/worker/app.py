@@ -50,12 +50,13 @@ from memstream.streams.deciders.sealing import KafkaSealing
 from memstream.streams.deciders.step import NewEvent
 from memstream.streams.decision.limits import Limits
 from memstream.streams.events import AuditRecord, decode
-from memstream.streams.folding import freeze_long_lived
+from memstream.streams.folding import collector_paused, freeze_long_lived
 from memstream.streams.keys.kafka import kafka_master_key
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics, opened
 from memstream.streams.log.port import Committed, partition_for
 from memstream.streams.log.sealed_keys import Named
 from memstream.streams.log.sealing import ERASURE_TYPES
+from memstream.streams.release import short_switches
 from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -387,9 +388,12 @@ class Worker:
 
     async def _fold_erasure(self, models: PartitionModels, todo: Sequence[NewEvent], count: int) -> None:
         """Fold a batch holding an erasure on a thread; ``models.lock`` is held by the caller
-        and released here."""
+        and released here. As the embedded erasure's steps (api/services/erasure.py): the
+        cyclic collector paused (its passes over every object a worker folded since start-up
+        hold the interpreter lock) and the lock handed over every millisecond."""
         try:
-            await asyncio.to_thread(fold_new, models, todo)
+            with collector_paused(), short_switches():
+                await asyncio.to_thread(fold_new, models, todo)
         except Exception:
             log.exception("partition %d: folding an erasure failed; the tail folds it again", models.partition)
             self._tail_takes(models)  # the topic holds these events: retry them from there

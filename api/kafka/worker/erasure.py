@@ -21,9 +21,11 @@ from memstream.api.services.erasure import append_ledger, ledger_entry
 from memstream.api.services.settings import Settings
 from memstream.streams.deciders.sealing import KafkaSealing
 from memstream.streams.events import decode
+from memstream.streams.folding import collector_paused
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog, matching
 from memstream.streams.log.sealed_keys import Named, clear_content, keys_named
 from memstream.streams.log.sealing import ERASURE_TYPES, is_sealed
+from memstream.streams.release import short_switches
 
 log = logging.getLogger(__name__)
 
@@ -153,10 +155,12 @@ async def complete(
     ev = decode(rec.value)
     await settle(offset)  # every read model of the partition drops the record
     steps.done("fold")
-    destroyed, left = await destroy_keys(worker, partition, offset, ev, steps)
-    steps.done("keys")
-    await worker.rewrite_checkpoint(models)
-    steps.done("checkpoint")
+    # Paused collector, short switches: as for the fold (``Worker._fold_erasure``).
+    with collector_paused(), short_switches():
+        destroyed, left = await destroy_keys(worker, partition, offset, ev, steps)
+        steps.done("keys")
+        await worker.rewrite_checkpoint(models)
+        steps.done("checkpoint")
     entry = {**ledger_entry(offset, ev), "partition": partition, "topic": worker.cfg.events_topic}
     await asyncio.to_thread(append_ledger, worker.settings.data_dir, entry)
     if worker.sealing is not None:
