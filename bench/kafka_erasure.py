@@ -11,6 +11,11 @@ Real processes on loopback, as bench/kafka_throughput.py starts them: one `memst
 time); two other agents store at a steady --rate each, one on the erased agent's partition
 and one on another, from before the erase until it answers: their p50/p99 before vs during
 come from the same run. Results: bench/results/kafka_erasure.json (or --out).
+
+A before/after in one session: ``--pythonpath DIR`` runs the worker and the router with DIR
+first on their path, e.g. a directory holding a ``memstream`` package whose ``api``,
+``streams`` and ``projections`` are an earlier commit's (``git archive``), alternated with
+runs of the tree as it is.
 """
 
 from __future__ import annotations
@@ -145,12 +150,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"memstream-bench-erase-{uuid.uuid4().hex[:8]}"
     kafka_args = ["--kafka", BOOTSTRAP, "--prefix", prefix, "--partitions", str(args.partitions)]
     env = {**os.environ, "MEMSTREAM_EMBEDDER": "none"}
+    if args.pythonpath:
+        env["PYTHONPATH"] = args.pythonpath
     procs = Procs()
     port = free_port()
     same, elsewhere = other_agents(args.partitions)
     log_path = Path(tempfile.mkdtemp(prefix="memstream-bench-erase-")) / "worker.log"
     worker_log = open(log_path, "wb")  # noqa: SIM115 (closed once the worker has stopped)
     out: dict[str, Any] = {"memories": args.memories, "partitions": args.partitions, "workers": 1}
+    out["label"], out["pythonpath"] = args.label, args.pythonpath
     try:
         # the worker logs each erasure's steps at INFO (api/kafka/worker/erasure.py, ``Steps``)
         cli = [*CLI[:-1], "INFO"]
@@ -202,6 +210,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=20.0, help="stores/s of each other agent")
     ap.add_argument("--before-s", type=float, default=5.0, help="seconds of steady stores before the erase")
     ap.add_argument("--partitions", type=int, default=16)
+    ap.add_argument("--pythonpath", default="", help="PYTHONPATH of the worker and router (a before tree)")
+    ap.add_argument("--label", default="", help="what this run measures (kept in the results)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kafka_erasure.json")
     args = ap.parse_args()
     report = {
