@@ -104,8 +104,8 @@ class EmbeddedEngine(NamedModels):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         # The configured model loads on a thread while the checkpoints load (its import and
-        # session creation are ~0.75 CPU s, mostly outside the GIL), so the first store or
-        # recall does not pay it and /health answers only once it is loaded.
+        # session creation were ~0.75 CPU s of the first store or recall: docs/benchmarks.md,
+        # "Restart"); /health answers only once it is loaded.
         model = loop.run_in_executor(None, self.embedders.preload)
         try:
             await self.bus.start()
