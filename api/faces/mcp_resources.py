@@ -46,6 +46,8 @@ have changed)."""
 READY = "memstream.ready"
 RESYNC = "memstream.resync"
 OPEN_SECONDS = 30.0  # longest a subscribe waits for its feed subscription to be in place
+RETRY_FIRST_SECONDS = 0.25  # a feed cut off again where it was: first pause before reopening
+RETRY_MAX_SECONDS = 5.0  # … doubling up to this
 
 Kind = Literal["memories", "memory", "episodes", "profile"]
 
@@ -431,14 +433,18 @@ class ResourceWatch:
 def source_changes(source: FeedSource, buffer: int = DEFAULT_BUFFER) -> AgentChanges:
     """An agent's live events from a change feed (``GET /v1/events``'s source: the embedded
     engine's fan-out, or the Kafka router's topic reader). A subscription the feed cuts off (it
-    fell behind) resubscribes at the position it was cut, so no change goes unannounced; if that
+    fell behind, or could not read on) resubscribes at the position it was cut, so no change
+    goes unannounced (pausing, longer each time, when it is cut again where it was); if that
     position cannot be read any more, or the feed is briefly unavailable, it resubscribes live
     and says :data:`RESYNC`."""
 
     async def changes(caller: Caller, agent: str) -> AsyncIterator[Mapping[str, Any]]:
         at: str | None = None
         agents = frozenset({agent})
+        stuck = 0  # cut-offs in a row at the same position (a record the feed cannot read)
         while True:
+            if stuck:
+                await asyncio.sleep(min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (stuck - 1)))
             try:
                 stream = await source.open(FeedRequest(agents, None, at, None, None, buffer))
             except (PositionError, FeedUnavailable) as exc:
@@ -455,6 +461,7 @@ def source_changes(source: FeedSource, buffer: int = DEFAULT_BUFFER) -> AgentCha
                         yield orjson.loads(item.data)
                 return  # the feed ended (the engine is closing)
             except FeedCutOff as cut:
+                stuck = stuck + 1 if cut.position == at else 0
                 at = cut.position
             finally:
                 stream.close()

@@ -20,6 +20,7 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 from memstream.api.faces.feed import FeedRequest, PositionError
 from memstream.api.kafka.router.feed import KafkaFeed, encode_position, parse_position
 from memstream.api.services.feed import FeedCutOff
+from memstream.streams.deciders.sealing import LazySealing
 from memstream.streams.log.kafka import KafkaConfig
 from memstream.streams.log.port import partition_for
 from tests.support.acl import ACL, TOKENS, write_acl
@@ -203,3 +204,55 @@ async def test_a_stream_that_is_not_read_is_cut_off_with_its_resume_position(
     finally:
         again.close()
     assert [json.loads(i.data)["change"]["content"] for i in rest] == [f"dave {i}" for i in range(3, 8)]
+
+
+class FailingOnce:
+    """Opens as the router does, except that the ``fail_at``-th record it is asked for fails
+    once (a key store that did not answer, say)."""
+
+    def __init__(self, inner: LazySealing, fail_at: int) -> None:
+        self.inner = inner
+        self.seen = 0
+        self.fail_at = fail_at
+
+    def open(self, partition: int, value: bytes, vector: bytes | None) -> tuple[bytes, bytes | None]:
+        self.seen += 1
+        if self.seen == self.fail_at:
+            raise RuntimeError("the key store did not answer")
+        return self.inner.open(partition, value, vector)
+
+
+async def test_a_record_that_cannot_be_read_cuts_the_stream_off_where_it_is(
+    router: Router, request: pytest.FixtureRequest
+) -> None:
+    """A failed read is a cut-off at the record, with the reason, never a plain end (which a
+    subscriber takes for the server closing): resuming there reads that record again."""
+    sealing = LazySealing(router.cfg)
+    request.addfinalizer(sealing.close)
+    source = KafkaFeed(router.cfg, opener=FailingOnce(sealing, fail_at=3))
+    stream = await source.open(FeedRequest(frozenset({"erin"}), None, None, None, None, buffer=100))
+    async with router.client() as http:
+        for i in range(5):
+            await store(http, "erin", f"erin {i}")
+    got = []
+    try:
+        async with asyncio.timeout(WAIT):
+            with pytest.raises(FeedCutOff) as cut:
+                while True:
+                    batch = await stream.next_batch()
+                    assert batch, "the stream ended without a cut-off"
+                    got.extend(batch)
+    finally:
+        stream.close()
+    assert "could not be read" in cut.value.reason and "did not answer" in cut.value.reason
+    assert [json.loads(i.data)["change"]["content"] for i in got] == ["erin 0", "erin 1"]
+    assert cut.value.position == got[-1].position
+    again = await source.open(FeedRequest(frozenset({"erin"}), None, None, cut.value.position, None, buffer=100))
+    try:
+        async with asyncio.timeout(WAIT):
+            rest = []
+            while len(rest) < 3:
+                rest.extend(await again.next_batch())
+    finally:
+        again.close()
+    assert [json.loads(i.data)["change"]["content"] for i in rest] == [f"erin {i}" for i in range(2, 5)]

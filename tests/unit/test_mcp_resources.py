@@ -272,3 +272,28 @@ async def test_a_subscribe_whose_feed_cannot_be_opened_is_refused_and_the_next_o
         assert await anext(watch.updates()) == memory_uri("a1", 7)
     assert len(source.requests) == 2
     await watch.close()
+
+
+async def test_a_feed_cut_off_again_where_it_was_is_reopened_after_growing_pauses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A record the feed cannot read cuts every reopened stream off at the same position: the
+    subscription keeps trying (nothing is skipped) but pauses longer each time instead of spinning."""
+    pauses: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(delay: float) -> None:
+        pauses.append(delay)
+        await real_sleep(0)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    stuck = FeedCutOff("7", "a record of the events topic could not be read")
+    source = ScriptedSource(
+        ([[Item(6)]], stuck), ([], stuck), ([], stuck), ([], stuck), ([[Item(7)]], FeedCutOff("8", "fell behind")),
+        ([[Item(8)]], DONE),
+    )  # fmt: skip
+    async with asyncio.timeout(5):
+        seen = [e async for e in source_changes(source)(CALLER, "a1")]
+    assert [e["change"]["id"] for e in seen if e["type"] != READY] == [6, 7, 8]
+    assert [r.at for r in source.requests] == [None, "7", "7", "7", "7", "8"]
+    assert pauses == [0.25, 0.5, 1.0]  # none before the first reopen, nor after a cut that moved on

@@ -149,13 +149,22 @@ class KafkaStream:
                 if batch:
                     self._ready.set()
         except KafkaError as exc:
-            log.warning("change feed: reading the events topic failed, ending a stream: %s", exc)
-        except Exception:  # a record that cannot be opened (its key store unreachable): said, not swallowed
-            log.exception("change feed: a record of the events topic could not be read, ending a stream")
+            log.warning("change feed: reading the events topic failed, cutting a stream off: %s", exc)
+            self._fail(f"reading the events topic failed: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # a record that cannot be opened (its key store unreachable)
+            log.exception("change feed: a record of the events topic could not be read, cutting a stream off")
+            self._fail(f"a record of the events topic could not be read: {type(exc).__name__}: {exc}")
         finally:
             self._ended = True
             self._ready.set()
             await self._stop_consumer()
+
+    def _fail(self, reason: str) -> None:
+        """A read that failed ends the stream as a cut-off at the cursor, never as a plain end:
+        an end reads as "the server is closing", and a subscriber would wait for events nobody
+        sends. Resuming at the position reads the failed record again."""
+        if self._cut is None and not self._ended:
+            self._cut = FeedCutOff(encode_position(self.cursor), reason)
 
     @property
     def cut(self) -> FeedCutOff | None:
