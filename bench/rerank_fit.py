@@ -11,7 +11,10 @@ turn of the same question, RankNet's loss with a linear scorer).
 the other four: those held-out figures are what the choice would give on an unseen conversation.
 Without it, the model is fitted on all five conversations and printed as the constants to ship.
 ``--check DATA`` scores the shipped model on a qrels dataset's dev half (wn-gcide, agent-notes)
-against the default: the rule that a LoCoMo change must not regress the dictionary sets.
+against the default: the rule that a LoCoMo change must not regress the dictionary sets. Where
+the stage does not run (rows that are not turns) it keeps the fused order of the ``--pool``-deep
+lists, while the server falls back to the first stage at its own depths: for those sets the
+server check (``bench/eval_recall.py ... --memstream-modes rrf,rrf-first``) is the one to trust.
 
     python bench/rerank_fit.py --cv                      # held-out figures per fold
     python bench/rerank_fit.py                           # fit on all five, print the constants
