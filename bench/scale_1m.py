@@ -9,11 +9,14 @@ them: SQLite's sequential read of the log, usearch's own add rate on the same ve
     python bench/scale_1m.py --data D --phases f16        # what float16 vectors would change
 
 ``--code NAME=DIR`` (repeatable) runs the server with another checkout's ``memstream`` package
-(a directory holding it, as bench/restart.py's ``--before-code``), each variant on its own copy
-of the data directory (``D-NAME``: a variant may rewrite the checkpoints in its own format), the
+(a directory holding it, as bench/restart.py's ``--before-code``); two or more variants each on
+its own copy of the data directory (``D-NAME``: a variant may rewrite the checkpoints in its own
+format), the
 variants alternating run by run so load on the shared machine falls on all alike. Without it,
 one variant: this code on ``D``. A cold start moves ``snapshots/`` aside, starts, stops (the
-stop writes fresh checkpoints, which are then dropped) and puts the originals back.
+stop writes fresh checkpoints, which are then dropped) and puts the originals back; cold starts
+run first, so ``--keep-cold-checkpoints`` on a directory filled without checkpoints leaves the
+ones a restart then starts from.
 """
 
 from __future__ import annotations
@@ -98,17 +101,24 @@ def serve_once(data: Path, code: Path | None, deadline_s: float) -> dict[str, An
     return out
 
 
-def cold_once(data: Path, code: Path | None, deadline_s: float) -> dict[str, Any]:
-    """``serve_once`` with the checkpoints (read models' and the decision state's) moved aside."""
+def cold_once(data: Path, code: Path | None, deadline_s: float, keep: bool) -> dict[str, Any]:
+    """``serve_once`` with the checkpoints (read models' and the decision state's) moved aside;
+    afterwards they are put back, or with ``keep`` the ones the stop wrote are kept instead."""
     snaps, aside = data / "snapshots", data / "snapshots.aside"
     if aside.exists():
         raise SystemExit(f"{aside} exists: a previous cold start did not finish; put it back first")
     snaps.rename(aside)
+    ok = False
     try:
-        return serve_once(data, code, deadline_s)
+        out = serve_once(data, code, deadline_s)
+        ok = True
+        return out
     finally:
-        shutil.rmtree(snaps, ignore_errors=True)
-        aside.rename(snaps)
+        if keep and ok:
+            shutil.rmtree(aside)
+        else:
+            shutil.rmtree(snaps, ignore_errors=True)
+            aside.rename(snaps)
 
 
 def usearch_rate(data: Path, rows: int) -> dict[str, Any]:
@@ -190,7 +200,9 @@ def f16_storage(rows: int, queries: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="a filled, checkpointed data directory")
-    ap.add_argument("--phases", default="restart,cold,components,limits")
+    ap.add_argument(
+        "--phases", default="cold,restart,components,limits", help="and f16; limits = logread + usearch"
+    )
     ap.add_argument("--runs", type=int, default=2, help="restarts per variant (cold starts: one each)")
     ap.add_argument("--code", action="append", default=[], help="NAME=DIR: a variant's memstream package")
     ap.add_argument(
@@ -198,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="a first, untimed restart of each variant (--no-warmup: the checkpoints are the variant's own)",
+    )
+    ap.add_argument(
+        "--keep-cold-checkpoints",
+        action="store_true",
+        help="keep the checkpoints a cold start's stop writes (a directory filled without any)",
     )
     ap.add_argument("--usearch-rows", type=int, default=200_000)
     ap.add_argument("--deadline", type=float, default=1800, help="seconds a start may take")
@@ -212,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     variants: list[tuple[str, Path, Path | None]] = []
     for spec in args.code:
         name, _, code = spec.partition("=")
-        vdata = data.with_name(f"{data.name}-{name}")
+        vdata = data.with_name(f"{data.name}-{name}") if len(args.code) > 1 else data
         if not vdata.exists():
             log(f"copying {data} to {vdata}")
             shutil.copytree(data, vdata)
@@ -240,6 +257,14 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1) + "\n")
 
+    if "cold" in phases:
+        colds = report["cold_starts"] = []
+        for name, vdata, code in variants:
+            got = {"variant": name, "load": round(os.getloadavg()[0], 2)}
+            got.update(cold_once(vdata, code, args.deadline, args.keep_cold_checkpoints))
+            log(json.dumps(got))
+            colds.append(got)
+            save()
     if "restart" in phases:
         for name, vdata, code in variants if args.warmup else []:
             # a first start leaves checkpoints in the variant's own format
@@ -252,14 +277,6 @@ def main(argv: list[str] | None = None) -> int:
                 log(json.dumps(got))
                 runs.append(got)
                 save()
-    if "cold" in phases:
-        colds = report["cold_starts"] = []
-        for name, vdata, code in variants:
-            got = {"variant": name, "load": round(os.getloadavg()[0], 2)}
-            got.update(cold_once(vdata, code, args.deadline))
-            log(json.dumps(got))
-            colds.append(got)
-            save()
     if "components" in phases:
         for name, vdata, code in variants:
             times = restart_bench.child(vdata, "--times", code)
@@ -274,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             report[f"components_{name}"] = comp
             log(f"components of {name}: {json.dumps(comp)}")
             save()
-    if "limits" in phases:
+    if phases & {"limits", "logread"}:
         import rebuild_speed
 
         from memstream.api.services.settings import Settings
@@ -282,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         report["log_read"] = rebuild_speed.log_read_rate(Settings(data_dir=data))
         log(f"log read: {report['log_read']}")
         save()
+    if phases & {"limits", "usearch"}:
         report["usearch_add"] = usearch_rate(data, args.usearch_rows)
         log(f"usearch add: {report['usearch_add']}")
         save()
