@@ -163,7 +163,12 @@ class EmbeddedCommandBus:
 
     def _open(self) -> None:
         self._conn = self.log.writer_connection()
-        self.state = load_decision_state(self.log, self.snapshots)
+        self.state = restore_decision_state(self.log, self.snapshots)
+        # What was folded past the snapshot counts as unsaved: a cold start (no snapshot, or
+        # one of another format) saves what it folded, so the next start does not fold it again.
+        self._since_snapshot = catch_up_decision_state(self.log, self.state)
+        if self.snapshots is not None and self._since_snapshot >= self.snapshot_every:
+            self._save_snapshot()
 
     async def close(self) -> None:
         if self._task is not None:
