@@ -163,6 +163,16 @@ class KafkaDecider:
             keys = self.key_scopes.get(partition)
         return None if keys is None else keys.named(offset)
 
+    def decided_model(self, partition: int, agent_id: str) -> tuple[bool, str | None]:
+        """(known, model): the model of an agent's vectors as decided, from the partition's
+        decision state when it is folded here (never waiting: not known otherwise). It is at
+        least as new as any read model, and a write embedded with another model is refused."""
+        state = self.states.get(partition) if self.owns(partition) else None
+        if state is None:
+            return False, None
+        agent = state.agents.get(agent_id)
+        return True, None if agent is None else agent.model
+
     def erasure_completed(self, partition: int, offset: int) -> None:
         """The erasure at ``offset`` was completed: its key ids are not kept any more."""
         keys = self.key_scopes.get(partition)

@@ -139,8 +139,14 @@ class PartitionEngine(NamedModels):
         return None if decider is None else await decider.state_of(self.models.partition)
 
     async def agent_model(self, agent_id: str) -> str | None:
-        """The model of an agent's vectors, from the partition's read models once they include
-        every write this worker acknowledged (the embedded engine's is a synchronous read)."""
+        """The model of an agent's vectors: the decider's, when it holds the partition's state
+        (a store must not wait for the read models, which an erasure's fold holds for seconds);
+        else from the read models once they include every write this worker acknowledged."""
+        decider = self.worker.decider
+        if decider is not None:
+            known, model = decider.decided_model(self.models.partition, agent_id)
+            if known:
+                return model
         return await self.read(lambda: self.vectors.model_of(agent_id))
 
     def embedder_for(self, model: str | None) -> Embedder:
