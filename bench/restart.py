@@ -51,6 +51,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for_health(
+    proc: subprocess.Popen[bytes], port: int, started: float, deadline_s: float | None = None, poll_s: float = 0.02
+) -> None:
+    """Until the server's /health answers 200; raises if it exits first or the deadline passes."""
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"memstream serve exited with {proc.returncode}")
+        if deadline_s is not None and time.perf_counter() - started > deadline_s:
+            raise RuntimeError(f"no /health within {deadline_s} s")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(poll_s)
+
+
 def clean_env(code: Path | None = None) -> dict[str, str]:
     """The environment without MEMSTREAM_ settings; with ``code``, memstream imported from there
     (a directory holding a ``memstream`` package: another checkout's, for a before/after)."""
@@ -108,15 +125,7 @@ def restart(data: Path, code: Path | None) -> dict[str, Any]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"memstream serve exited with {proc.returncode}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.02)
+        wait_for_health(proc, port, started)
         seconds = time.perf_counter() - started
         out: dict[str, Any] = {
             "health_s": round(seconds, 2),

@@ -72,17 +72,7 @@ def serve_once(data: Path, code: Path | None, deadline_s: float) -> dict[str, An
     pid = proc.pid
     out: dict[str, Any] = {}
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"memstream serve exited with {proc.returncode}")
-            if time.perf_counter() - started > deadline_s:
-                raise RuntimeError(f"no /health within {deadline_s} s")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.05)
+        restart_bench.wait_for_health(proc, port, started, deadline_s, poll_s=0.05)
         out["health_s"] = round(time.perf_counter() - started, 2)
         out["health_cpu_s"] = round(restart_bench.cpu_s(pid), 2)
         out.update({f"health_{k}": v for k, v in restart_bench.rss(pid).items()})

@@ -155,10 +155,20 @@ def test_a_destroyed_key_leaves_the_brokers_files_within_the_bound(own_broker: t
         store.destroy_ids([key_id])
         destroyed_at = time.monotonic()
         bound_s = FAST.bound_ms(CLEANER_BACKOFF_MS) / 1000
-        while _hits(log_dir, topic, wrapped) and time.monotonic() - destroyed_at < bound_s + 10:
+        # The bound plus one more look of the cleaner and 10 s: its one thread also serves every
+        # other compacted log of the broker (a fresh broker's 50 __consumer_offsets partitions),
+        # and one CI run of five found the key cleaned but its replaced file not yet unlinked at
+        # the bound + 10 s. Here it takes 13-14 s (printed below).
+        allowed_s = bound_s + CLEANER_BACKOFF_MS / 1000 + 10
+        cleaned_at = None  # when the key was left only in files the cleaner replaced (*.deleted)
+        while (hits := _hits(log_dir, topic, wrapped)) and time.monotonic() - destroyed_at < allowed_s:
+            if cleaned_at is None and all(h.endswith(".deleted") for h in hits):
+                cleaned_at = time.monotonic() - destroyed_at
             time.sleep(0.2)
         took = time.monotonic() - destroyed_at
-        assert not _hits(log_dir, topic, wrapped), f"the destroyed key is still in {_hits(log_dir, topic, wrapped)}"
+        left = _hits(log_dir, topic, wrapped)
+        when = "never cleaned" if cleaned_at is None else f"cleaned after {cleaned_at:.1f} s"
+        assert not left, f"the destroyed key is still in {left} after {took:.1f} s ({when}; bound {bound_s:.1f} s)"
         print(f"destroyed key left the segment files {took:.1f} s after its tombstone (bound {bound_s:.1f} s)")
         # Cleaning drops only what a tombstone covers: a live key survives, and still opens.
         assert _hits(log_dir, topic, kept)

@@ -169,6 +169,38 @@ async def test_keep_alive_comments_come_while_nothing_happens(router: Router) ->
         assert set(lines) <= {": keep-alive", ""}
 
 
+def _contents(items: list[Any]) -> list[str]:
+    return [json.loads(i.data)["change"]["content"] for i in items]
+
+
+async def _read_until_cut(stream: Any) -> tuple[list[Any], FeedCutOff]:
+    """Everything a stream hands out, then the cut-off that ends it (closed either way)."""
+    got: list[Any] = []
+    try:
+        async with asyncio.timeout(WAIT):
+            with pytest.raises(FeedCutOff) as cut:
+                while True:
+                    batch = await stream.next_batch()
+                    assert batch, "the stream ended without a cut-off"
+                    got.extend(batch)
+    finally:
+        stream.close()
+    return got, cut.value
+
+
+async def _resumed(source: KafkaFeed, agent: str, after: str, n: int) -> list[str]:
+    """The contents of the first ``n`` events of ``agent`` after position ``after``."""
+    again = await source.open(FeedRequest(frozenset({agent}), None, None, after, None, buffer=100))
+    rest: list[Any] = []
+    try:
+        async with asyncio.timeout(WAIT):
+            while len(rest) < n:
+                rest.extend(await again.next_batch())
+    finally:
+        again.close()
+    return _contents(rest)
+
+
 async def test_a_stream_that_is_not_read_is_cut_off_with_its_resume_position(
     router: Router, request: pytest.FixtureRequest
 ) -> None:
@@ -181,29 +213,13 @@ async def test_a_stream_that_is_not_read_is_cut_off_with_its_resume_position(
     async with router.client() as http:
         for i in range(8):
             await store(http, "dave", f"dave {i}")
-    got = []
-    try:
-        async with asyncio.timeout(WAIT):
-            while stream.cut is None:  # nobody reads: it fills its buffer and is cut off
-                await asyncio.sleep(0.05)
-            with pytest.raises(FeedCutOff) as cut:
-                while True:
-                    batch = await stream.next_batch()
-                    assert batch, "the stream ended without a cut-off"
-                    got.extend(batch)
-    finally:
-        stream.close()
-    assert [json.loads(i.data)["change"]["content"] for i in got] == ["dave 0", "dave 1", "dave 2"]
-    assert cut.value.position == got[-1].position
-    again = await source.open(FeedRequest(frozenset({"dave"}), None, None, cut.value.position, None, buffer=100))
-    try:
-        async with asyncio.timeout(WAIT):
-            rest = []
-            while len(rest) < 5:
-                rest.extend(await again.next_batch())
-    finally:
-        again.close()
-    assert [json.loads(i.data)["change"]["content"] for i in rest] == [f"dave {i}" for i in range(3, 8)]
+    async with asyncio.timeout(WAIT):
+        while stream.cut is None:  # nobody reads: it fills its buffer and is cut off
+            await asyncio.sleep(0.05)
+    got, cut = await _read_until_cut(stream)
+    assert _contents(got) == ["dave 0", "dave 1", "dave 2"]
+    assert cut.position == got[-1].position
+    assert await _resumed(source, "dave", cut.position, 5) == [f"dave {i}" for i in range(3, 8)]
 
 
 class FailingOnce:
@@ -234,25 +250,8 @@ async def test_a_record_that_cannot_be_read_cuts_the_stream_off_where_it_is(
     async with router.client() as http:
         for i in range(5):
             await store(http, "erin", f"erin {i}")
-    got = []
-    try:
-        async with asyncio.timeout(WAIT):
-            with pytest.raises(FeedCutOff) as cut:
-                while True:
-                    batch = await stream.next_batch()
-                    assert batch, "the stream ended without a cut-off"
-                    got.extend(batch)
-    finally:
-        stream.close()
-    assert "could not be read" in cut.value.reason and "did not answer" in cut.value.reason
-    assert [json.loads(i.data)["change"]["content"] for i in got] == ["erin 0", "erin 1"]
-    assert cut.value.position == got[-1].position
-    again = await source.open(FeedRequest(frozenset({"erin"}), None, None, cut.value.position, None, buffer=100))
-    try:
-        async with asyncio.timeout(WAIT):
-            rest = []
-            while len(rest) < 3:
-                rest.extend(await again.next_batch())
-    finally:
-        again.close()
-    assert [json.loads(i.data)["change"]["content"] for i in rest] == [f"erin {i}" for i in range(2, 5)]
+    got, cut = await _read_until_cut(stream)
+    assert "could not be read" in cut.reason and "did not answer" in cut.reason
+    assert _contents(got) == ["erin 0", "erin 1"]
+    assert cut.position == got[-1].position
+    assert await _resumed(source, "erin", cut.position, 3) == [f"erin {i}" for i in range(2, 5)]

@@ -53,7 +53,9 @@ async def until_every_partition_owned(
                 try:
                     r = await client.get(f"{url}/health")
                     last = r.json() if r.status_code == 200 else f"{r.status_code} {r.text[:200]}"
-                    if r.status_code == 200 and r.json()["partitions_with_owner"] == partitions and also(r.json()):
+                    # a 200 without the field is not a router's (another server on the port)
+                    owned = r.json().get("partitions_with_owner") if r.status_code == 200 else None
+                    if owned == partitions and also(r.json()):
                         return
                 except httpx.TransportError as exc:
                     last = repr(exc)

@@ -2,17 +2,43 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
+from pathlib import Path
 
 from memstream.api.services.settings import Settings
 from tests.support.embedders import HashEmbedder
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free now, for a server a test starts in a moment. Taken below the kernel's
+    ephemeral range where there is room: a port from ``bind(0)`` is released at once and the
+    kernel may hand it to any process binding port 0 or connecting out (in one CI run a Kafka
+    worker's HTTP server took the port meant for its router) before the server binds it."""
+    span = _below_ephemeral()
+    for _ in range(200 if span is not None else 0):
+        assert span is not None
+        port = random.randint(*span)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no room below the range (or all taken): the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _below_ephemeral() -> tuple[int, int] | None:
+    """Ports no ``bind(0)`` or outgoing connection gets: from 20000 up to the start of
+    ip_local_port_range (32768 by default), above the usual fixed ones (Kafka's 9092, 9192)."""
+    try:
+        start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return (20000, start - 1) if start > 21000 else None
 
 
 class ServerThread:
