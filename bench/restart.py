@@ -219,6 +219,16 @@ def components(data: Path, trace: bool) -> dict[str, Any]:
     return out
 
 
+def by_component(times: dict[str, Any], sizes: dict[str, Any], memories: int) -> dict[str, Any]:
+    """Each component's load times beside its traced bytes (per memory too), and their total."""
+    out: dict[str, Any] = {}
+    for name, t in times.items():
+        b = sizes[name]["bytes"]
+        out[name] = {**t, "bytes": b, "bytes_per_memory": round(b / memories)}
+    out["total_bytes_per_memory"] = round(sum(sizes[k]["bytes"] for k in times) / memories)
+    return out
+
+
 def child(data: Path, mode: str, code: Path | None) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, __file__, mode, str(data)], check=True, capture_output=True, text=True, env=clean_env(code)
@@ -298,10 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for key in ("rss_anon_mb", "rss_file_mb"):
             sizes.pop(key)
-        for name, t in times.items():
-            b = sizes[name]["bytes"]
-            comp[name] = {**t, "bytes": b, "bytes_per_memory": round(b / n)}
-        comp["total_bytes_per_memory"] = round(sum(sizes[k]["bytes"] for k in times) / n)
+        comp.update(by_component(times, sizes, n))
         report[f"components_{variant}"] = comp
         mine = [r for r in runs if r["variant"] == variant]
         keys = ("health_s", "cpu_s", "rss_mb", "rss_anon_mb", "rss_file_mb", "first_recall_ms", "first_store_ms")

@@ -274,10 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             comp: dict[str, Any] = {k: times.pop(k) for k in ("rss_mb", "rss_anon_mb", "rss_file_mb")}
             for key in ("rss_mb", "rss_anon_mb", "rss_file_mb"):
                 sizes.pop(key)
-            for part, t in times.items():
-                b = sizes[part]["bytes"]
-                comp[part] = {**t, "bytes": b, "bytes_per_memory": round(b / memories)}
-            comp["total_bytes_per_memory"] = round(sum(sizes[k]["bytes"] for k in times) / memories)
+            comp.update(restart_bench.by_component(times, sizes, memories))
             report[f"components_{name}"] = comp
             log(f"components of {name}: {json.dumps(comp)}")
             save()

@@ -17,15 +17,15 @@ def free_port() -> int:
     kernel may hand it to any process binding port 0 or connecting out (in one CI run a Kafka
     worker's HTTP server took the port meant for its router) before the server binds it."""
     span = _below_ephemeral()
-    for _ in range(200 if span is not None else 0):
-        assert span is not None
-        port = random.randint(*span)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
+    if span is not None:
+        for _ in range(200):
+            port = random.randint(*span)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:  # no room below the range (or all taken): the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

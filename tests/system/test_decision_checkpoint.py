@@ -38,14 +38,21 @@ def _saved_through(settings: Settings) -> int | None:
     return None if body is None else int(body["event_offset"])
 
 
+async def _filled_then_checkpoint_lost(settings: Settings) -> int:
+    """12 stores, then the decision checkpoint removed (as if lost: the next start is cold);
+    returns the offset it had saved through."""
+    await _fill(settings, 12)
+    end = _saved_through(settings)
+    assert end is not None
+    SnapshotStore(settings.snapshot_dir).path(DECISION_SNAPSHOT).unlink()
+    return end
+
+
 def test_a_start_that_folds_past_the_threshold_saves_the_state_before_any_write(tmp_path: Path) -> None:
     settings = _settings(tmp_path / "data", every=5)
 
     async def scenario() -> None:
-        await _fill(settings, 12)
-        end = _saved_through(settings)
-        assert end is not None
-        SnapshotStore(settings.snapshot_dir).path(DECISION_SNAPSHOT).unlink()  # as if lost: a cold start
+        end = await _filled_then_checkpoint_lost(settings)
         engine = EmbeddedEngine(settings, embedder=HashEmbedder())
         await engine.start()
         try:
@@ -60,10 +67,7 @@ def test_a_start_that_folds_less_saves_the_fold_when_it_closes(tmp_path: Path) -
     settings = _settings(tmp_path / "data", every=1_000)
 
     async def scenario() -> None:
-        await _fill(settings, 12)
-        end = _saved_through(settings)
-        assert end is not None
-        SnapshotStore(settings.snapshot_dir).path(DECISION_SNAPSHOT).unlink()
+        end = await _filled_then_checkpoint_lost(settings)
         engine = EmbeddedEngine(settings, embedder=HashEmbedder())
         await engine.start()
         assert _saved_through(settings) is None  # under the threshold: not at the start

@@ -54,6 +54,7 @@ async def test_without_the_decider_s_state_the_read_models_answer() -> None:
         assert await asyncio.wait_for(engine.agent_model("a"), 10) is None
         async with models.lock:
             waiting = asyncio.ensure_future(engine.agent_model("a"))
-            await asyncio.sleep(0.05)
+            for _ in range(20):  # loop turns, no clock: nothing here waits on I/O
+                await asyncio.sleep(0)
             assert not waiting.done()  # it reads the read models, so it waits for their lock
         assert await asyncio.wait_for(waiting, 10) is None
