@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import time
 from collections import Counter
@@ -23,6 +22,7 @@ from memstream.api.kafka.router.app import FORWARD_DEADLINE_S
 from memstream.streams.deciders.sealing import LazySealing
 from memstream.streams.events import decode
 from memstream.streams.log.kafka import KafkaConfig, KafkaLog
+from tests.support.servers import free_port
 
 SCRIPT = Path(__file__).resolve().parents[2] / "infra" / "kafka-local.sh"
 # What a caller of the router may wait at most: the router's forwarding deadline, plus its own
@@ -33,10 +33,12 @@ CLIENT_TIMEOUT_S = CALL_DEADLINE_S + 30.0
 
 
 def _two_free_ports() -> tuple[int, int]:
-    with socket.socket() as a, socket.socket() as b:
-        a.bind(("127.0.0.1", 0))
-        b.bind(("127.0.0.1", 0))
-        return int(a.getsockname()[1]), int(b.getsockname()[1])
+    """Two distinct ports picked as ``free_port`` picks one (below the ephemeral range)."""
+    first = free_port()
+    second = free_port()
+    while second == first:
+        second = free_port()
+    return first, second
 
 
 class LocalBroker:
