@@ -84,15 +84,21 @@ class Sealer:
 
     Keys are cached: for sealing, the current key of each (agent, scope); for opening, by key
     id. ``forget`` drops an agent's cached keys when an erasure is folded; a move of the key
-    store's generation (a destruction by any process) drops the opening cache."""
+    store's generation (a destruction by any process) drops the opening cache.
+
+    The caches hold the 32-byte data keys, not AES-GCM objects: each of those carries about
+    2.4 kB of OpenSSL contexts outside Python's heap, and every record has a key of its own, so
+    a fold of the whole log (a cold start) kept one per record for the life of the process
+    (2.4 GB of a 6.9 GB RSS at 1M memories). Making one per call costs about 1 µs; looking a
+    key up in the store again costs about 10 µs (docs/benchmarks.md, "1M memories")."""
 
     def __init__(self, keys: KeyStore, *, seal_new: bool = True) -> None:
         self.keys = keys
         self.seal_new = seal_new
-        # agent -> scope -> (key id, AEAD): by agent, so an erasure drops an agent's keys without
-        # a pass over every agent's (100k keys took 0.9 s of the writer thread that way)
-        self._current: dict[str, dict[str, tuple[bytes, AESGCM]]] = {}
-        self._open: dict[bytes, AESGCM | None] = {}
+        # agent -> scope -> (key id, data key): by agent, so an erasure drops an agent's keys
+        # without a pass over every agent's (100k keys took 0.9 s of the writer thread that way)
+        self._current: dict[str, dict[str, tuple[bytes, bytes]]] = {}
+        self._open: dict[bytes, bytes] = {}  # key id -> data key
         self._bindings: list[tuple[bytes, str, str, int]] = []
         self._generation = keys.generation()
         self._lock = threading.Lock()
@@ -105,11 +111,10 @@ class Sealer:
             current = self._current[agent] = {}
         hit = current.get(scope)
         if hit is None:
-            key_id, dek = self.keys.take()
-            hit = current[scope] = (key_id, AESGCM(dek))
-            self._open[key_id] = hit[1]
-            self._bindings.append((key_id, agent, scope, offset))
-        return hit
+            hit = current[scope] = self.keys.take()
+            self._open[hit[0]] = hit[1]
+            self._bindings.append((hit[0], agent, scope, offset))
+        return hit[0], AESGCM(hit[1])
 
     def take_bindings(self) -> list[tuple[bytes, str, str, int]]:
         """(key id, agent, scope, first offset) of the keys first used since the last call: the
@@ -194,13 +199,13 @@ class Sealer:
                 self._current.clear()
 
     def _aead(self, key_id: bytes) -> AESGCM | None:
-        if key_id in self._open:
-            return self._open[key_id]
-        dek = self.keys.get(key_id)
-        aead = None if dek is None else AESGCM(dek)
-        if aead is not None:
-            self._open[key_id] = aead
-        return aead
+        dek = self._open.get(key_id)
+        if dek is None:
+            dek = self.keys.get(key_id)
+            if dek is None:
+                return None
+            self._open[key_id] = dek
+        return AESGCM(dek)
 
     def open(self, value: bytes, vector: bytes | None) -> tuple[bytes, bytes | None]:
         """The plaintext (value, vector) of a stored record, or its redacted form (the clear

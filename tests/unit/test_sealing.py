@@ -158,3 +158,31 @@ def test_events_without_content_stay_clear(sealer: Sealer) -> None:
 def test_sealing_off_writes_clear_events() -> None:
     off = Sealer(MemoryKeyStore(), seal_new=False)
     assert off.seal_event(0, event(), VECTOR) is None
+
+
+class CountingKeys(MemoryKeyStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets = 0
+
+    def get(self, key_id: bytes) -> bytes | None:
+        self.gets += 1
+        return super().get(key_id)
+
+
+def test_caches_hold_data_keys_not_cipher_contexts() -> None:
+    """A key per record: a fold of the whole log opens every one of them. The caches keep the
+    32-byte keys (an AES-GCM object carries ~2.4 kB of OpenSSL contexts), and a record opened
+    again is opened without asking the store."""
+    keys = CountingKeys()
+    writer = Sealer(keys)
+    records = [(ev, sealed(writer, ev, i)) for i, ev in enumerate(event(i, f"text {i}") for i in range(200))]
+    reader = Sealer(keys)
+    for _ in range(2):
+        for ev, (value, vector) in records:
+            opened, opened_vector = reader.open(value, vector)
+            assert orjson.loads(opened) == ev and opened_vector == VECTOR
+    assert keys.gets == 200
+    assert len(reader._open) == 200 and all(type(dek) is bytes and len(dek) == 32 for dek in reader._open.values())
+    cached = [hit for scopes in writer._current.values() for hit in scopes.values()]
+    assert len(cached) == 200 and all(type(k) is bytes and type(dek) is bytes for k, dek in cached)
