@@ -69,7 +69,8 @@ def decide_erase_agent(
         "profile": profile,
         "agent_scope": agent_scope,
         "scopes": scopes,
-        "locked_overridden": sorted(mid for mid in memory_ids if st.memories[mid].locked),
+        # The fold keeps the locked ids (``st.locked``): no pass over every memory's facts.
+        "locked_overridden": sorted(st.locked if scopes is None else st.locked.intersection(memory_ids)),
         "reason": cmd.reason,
     }
     return accept(cmd, ctx, ("agent.erased", payload))

@@ -41,6 +41,10 @@ class AgentDecisionState:
     # command id -> its first outcome: a dict for audited outcomes, a compact event memo
     # (see ``memo.memo_of_event``) for applied ones.
     commands: OrderedDict[str, Memo] = field(default_factory=OrderedDict)
+    # Ids of the live memories whose facts say ``locked``, kept by the fold: an erasure of all
+    # of an agent's data lists the locks it overrode without a pass over every memory's facts
+    # (on the bus's writer thread, which every agent's writes wait for).
+    locked: set[int] = field(default_factory=set)
 
     def remember(self, command_id: str, outcome: Memo) -> None:
         if command_id in self.commands:
@@ -56,6 +60,13 @@ class AgentDecisionState:
             if isinstance(memo, AssociationsMemo):
                 self.commands[k] = AssociationsMemo(memo.event_type, REDACTED_REPORT)
 
+    def set_locked(self, memory_id: int, facts: MemoryFacts, locked: bool) -> None:
+        facts.locked = locked
+        if locked:
+            self.locked.add(memory_id)
+        else:
+            self.locked.discard(memory_id)
+
     def saw_model(self, models: tuple[str, ...]) -> None:
         if self.model is None and models:
             self.model = models[0]
@@ -70,21 +81,29 @@ class AgentDecisionState:
         filtered out of each index in one pass instead: 100k ids one by one took 0.44 s of the
         bus's writer thread, which other agents' writes wait for. The result is the same, as
         an index names a memory only under that memory's own keys."""
+        old = (self.memories, self.by_msg, self.by_content, self.locked)
+        if len(memory_ids) == len(self.memories) and memory_ids == list(self.memories):
+            # Every memory (erase_agent_data of all its data, its ids in the fold's order): the
+            # indexes name only these, so they all go, with no pass over them in Python.
+            self.memories, self.by_msg, self.by_content, self.locked = {}, {}, {}, set()
+            release_later(*old)  # freed off the writer thread, in slices (streams/release.py)
+            return
         gone = set(memory_ids)
         if 2 * len(gone) <= len(self.memories):
             for mid in memory_ids:
                 self.forget_memory(mid)
             return
-        old = (self.memories, self.by_msg, self.by_content)
         self.memories = {mid: f for mid, f in self.memories.items() if mid not in gone}
         self.by_msg = {k: mid for k, mid in self.by_msg.items() if mid not in gone}
         self.by_content = {k: mid for k, mid in self.by_content.items() if mid not in gone}
-        release_later(*old)  # freed off the writer thread, in slices (streams/release.py)
+        self.locked = self.locked - gone
+        release_later(*old[:3])  # freed off the writer thread, in slices (streams/release.py)
 
     def forget_memory(self, memory_id: int) -> None:
         facts = self.memories.pop(memory_id, None)
         if facts is None:
             return
+        self.locked.discard(memory_id)
         if facts.msg_id is not None and self.by_msg.get((facts.project, facts.msg_id)) == memory_id:
             del self.by_msg[(facts.project, facts.msg_id)]
         key = (facts.project, facts.channel, facts.content_key)

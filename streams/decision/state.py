@@ -97,6 +97,8 @@ class DecisionState:
             )
             st.saw_model(facts.models)
             st.memories[mid] = facts
+            if facts.locked:
+                st.locked.add(mid)
             if facts.msg_id is not None:
                 st.by_msg.setdefault((facts.project, facts.msg_id), mid)
             st.by_content.setdefault((facts.project, facts.channel, facts.content_key), mid)
@@ -118,7 +120,7 @@ class DecisionState:
         elif t == "memory.locked" or t == "memory.unlocked":
             facts = st.memories.get(p["id"])
             if facts is not None:
-                facts.locked = t == "memory.locked"
+                st.set_locked(p["id"], facts, t == "memory.locked")
         elif t == "memory.reembedded":
             model = p["embedding"]["model"]
             if p.get("kind", "mem") == "ep":
@@ -171,8 +173,12 @@ class DecisionState:
             st.episodes.pop(eid, None)
         if p.get("agent_scope"):
             st.has_profile = False
+            if st.assoc is not None:
+                # Only a declaration folded in the clear makes an unredacted report, and its
+                # fold made ``assoc``: with none, there is nothing to redact (and no pass over
+                # the agent's 50k command memos on the writer thread).
+                st.redact_reports()
             st.assoc = None
-            st.redact_reports()
         elif st.assoc is not None:
             for ref in [f"mem:{i}" for i in p["memory_ids"]] + [f"ep:{i}" for i in p["episode_ids"]]:
                 st.assoc.forget_record(ref)
@@ -256,6 +262,8 @@ class DecisionState:
                 if f.msg_id is not None:
                     st.by_msg.setdefault((f.project, f.msg_id), mid)
                 st.by_content.setdefault((f.project, f.channel, f.content_key), mid)
+                if f.locked:
+                    st.locked.add(mid)
             st.episodes = {eid: intern_models(*models) for eid, models in a["episodes"]}
             st.has_profile = a["has_profile"]
             st.model = a["model"]

@@ -17,6 +17,9 @@ from __future__ import annotations
 import secrets
 import struct
 import threading
+from collections import deque
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, Final
 
 import orjson
@@ -176,8 +179,9 @@ class Sealer:
                 dropped = list(self._current.pop(agent).values())
             else:
                 dropped = [current.pop(scope) for scope in scopes if scope in current]
-            for key_id, _ in dropped:
-                self._open.pop(key_id, None)
+            # Dropped from the opening cache by a loop in C (map, consumed by a zero-length
+            # deque): 100k keys in Python held the bus's writer thread for tens of ms.
+            deque(map(self._open.pop, map(itemgetter(0), dropped), repeat(None)), maxlen=0)
         release_later(dropped)  # freeing 100k AES-GCM contexts here held the writer 0.2-0.5 s
 
     def reset(self) -> None:
