@@ -353,10 +353,12 @@ def speaker_boost(share: float) -> Variant:
 
 
 def pool_of(
-    ag: Agent, lists: Lists, pool: int, weight: float = 0.25, boost: float = 0.5
+    ag: Agent, lists: Lists, pool: int, weight: float = 0.25, boost: float = 0.5, read: bool = False
 ) -> tuple[list[fusion.Candidate], rerank.Signals]:
     """What recall fuses when the second stage is on (``run_recall``): each list cut at ``pool``,
-    reordered by neighbours over that cut, fused, speaker-boosted; and the signals it keeps."""
+    reordered by neighbours over that cut, fused, speaker-boosted; and the signals it keeps.
+    ``read``: the cosines of the candidates and neighbours the vector list did not hold, read
+    by id as recall reads them (``rerank.Signals.read``; the exact cosine over the turn)."""
     vec, lex = lists.vector[:pool], lists.lexical[:pool]
     vec_ev = fusion.vector_evidence(vec)
     lex_ev = fusion.lexical_evidence({r: lists.shares.get(r, 0.0) for r, _ in lex})
@@ -380,17 +382,56 @@ def pool_of(
     spoke = {r for r, t in content.items() if speakers.speaker_of(t) in named}
     near = {n for pair in adjacency.values() for n in pair if n is not None}
     held = coverage.coverage_of(ag.lexical, ag.name, lists.text, refs | near)
-    return cands, rerank.Signals(v, lx, lists.shares, adjacency, spoke, content, lists.text, held)
+    listed = {r for r, _ in v}
+    cos = {r: float(lists.cos[int(r.split(":")[1]) - 1]) for r in refs | near if r not in listed} if read else None
+    return cands, rerank.Signals(v, lx, lists.shares, adjacency, spoke, content, lists.text, held, cos)
+
+
+def expanded(
+    ag: Agent, lists: Lists, cands: list[fusion.Candidate], sig: rerank.Signals, top: int | None = None
+) -> tuple[list[fusion.Candidate], rerank.Signals]:
+    """The candidates plus the turn before and after each of the first ``top`` (all: None) that
+    no list holds, appended after them (``--extra expand`` / ``expandK``). A joined row carries
+    what recall reads for it by id (``rerank.expand``): its exact cosine (the gate keys on it,
+    as on a vector row's) and, through ``Signals.read``, its cosine and lexical share as signals."""
+    have = {c.ref for c in cands}
+    n = len(ag.doc_ids)
+    adjacency = dict(sig.adjacency)
+    content = dict(sig.content)
+    read = dict(sig.read or {})
+    added = []
+    for c in cands[:top]:
+        p = int(c.ref.split(":")[1])
+        for d in (p - 1, p + 1):
+            ref = f"mem:{d}"
+            if 1 <= d <= n and ref not in have:
+                have.add(ref)
+                cos = float(lists.cos[d - 1])
+                added.append(fusion.Candidate(ref, cosine=cos))
+                read[ref] = cos
+                adjacency[ref] = (f"mem:{d - 1}" if d > 1 else None, f"mem:{d + 1}" if d < n else None)
+                content[ref] = ag.texts[d - 1]
+    for ref in {x for r in added for x in adjacency[r.ref] if x is not None} - set(read):
+        read[ref] = float(lists.cos[int(ref.split(":")[1]) - 1])
+    near = {x for pair in adjacency.values() for x in pair if x is not None}
+    cover = coverage.coverage_of(ag.lexical, ag.name, sig.query, {*content, *near})
+    named = speakers.named_in(sig.query)
+    spoke = set(sig.speakers) | {c.ref for c in added if speakers.speaker_of(content[c.ref]) in named}
+    new = rerank.Signals(sig.vector, sig.lexical, sig.shares, adjacency, spoke, content, sig.query, cover, read)
+    return cands + added, new
 
 
 def second_stage(model: rerank.Model, pool: int = rerank.DEPTH_FACTOR * K) -> Variant:
     """What recall does since the third pass: the candidates of ``pool`` rows of each list
-    ordered by ``model`` when they are conversation turns, else the first stage (``speaker-0.5``)."""
+    (since the sixth, with the reads and joins of ``rerank.READ`` / ``rerank.EXPAND``) ordered by
+    ``model`` when they are conversation turns, else the first stage (``speaker-0.5``)."""
 
     def run(ag: Agent, lists: Lists) -> list[str]:
-        cands, sig = pool_of(ag, lists, pool)
+        cands, sig = pool_of(ag, lists, pool, read=rerank.READ)
         if not rerank.conversational(sig.content, sig.content):
             return speaker_boost(0.5)(ag, lists)
+        if rerank.READ and rerank.EXPAND != 0:
+            cands, sig = expanded(ag, lists, cands, sig, rerank.EXPAND)
         score = {c.ref: model.score(x) for c, x in zip(cands, rerank.feature_rows(cands, sig), strict=True)}
         return gated(sorted(cands, key=lambda c: -score[c.ref]), len(ag.doc_ids))
 

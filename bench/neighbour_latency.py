@@ -13,6 +13,11 @@ speakers taking turns), so the second stage runs (it runs only over conversation
 
     python bench/neighbour_latency.py                  # 10,000 memories, 300 queries, 3 rounds
     python bench/neighbour_latency.py --compare rerank --turns   # second stage on against off
+    python bench/neighbour_latency.py --compare expand --turns   # sixth pass against the fifth's stage
+
+``--compare expand`` runs three shapes interleaved: the default (cosines read by id, the first
+candidates' neighbours joining, ``rerank.READ`` / ``rerank.EXPAND``), the fifth pass's stage
+(no reads, no joins) and the stage off.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any, Literal
 import numpy as np
 from eval_recall import DATA_DIR, load_dataset
 
+from memstream.api.query.recall import rerank
 from memstream.api.query.recall.pipeline import RecallRequest, run_recall
 from memstream.api.services.embedding import load_local_embedder
 from memstream.projections.lexical import LexicalProjection
@@ -111,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--compare", choices=("neighbours", "rerank"), default="neighbours")
+    ap.add_argument("--compare", choices=("neighbours", "rerank", "expand"), default="neighbours")
     ap.add_argument("--turns", action="store_true", help="memories written as conversation turns")
     ap.add_argument("--out", default=None, help="results JSON")
     args = ap.parse_args(argv)
@@ -129,26 +135,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = np.random.default_rng(2)
     qvecs = rng.standard_normal((len(queries), emb.dim)).astype(np.float32)
     qvecs /= np.linalg.norm(qvecs, axis=1, keepdims=True)
+    shipped = (rerank.READ, rerank.EXPAND)
+    stage: dict[str, tuple[bool, int | None]] = {}  # (READ, EXPAND) per shape; others: as shipped
     if args.compare == "neighbours":
         off = Opts(recall_rerank="off")
         configs = {"neighbours 0.25": off, "neighbours off": replace(off, recall_neighbour_weight=0.0)}
-    else:
+    elif args.compare == "rerank":
         configs = {"second stage (default)": Opts(), "second stage off": Opts(recall_rerank="off")}
+    else:
+        configs = {"reads + expand (default)": Opts(), "fifth pass": Opts()}
+        configs["second stage off"] = Opts(recall_rerank="off")
+        stage["fifth pass"] = (False, 0)
+
+    def shape(name: str) -> None:
+        """The second stage's reads and joins for one shape (module constants, set per call)."""
+        read, top = stage.get(name, shipped)
+        setattr(rerank, "READ", read)  # noqa: B010 (a Final constant, set for this bench only)
+        setattr(rerank, "EXPAND", top)  # noqa: B010
+
     times: dict[str, list[float]] = {name: [] for name in configs}
     embed_ms: list[float] = []
     for text in queries[:50]:  # warm-up: the first recalls and embeddings build caches
         emb.embed([text])
-        for opts in configs.values():
+        for name, opts in configs.items():
+            shape(name)
             run_recall(m, opts, RecallRequest(ScopeFilter("a"), text, 10), qvecs[0], MODEL)
     for _ in range(args.rounds):
         for i, text in enumerate(queries):
             for name, opts in configs.items():
+                shape(name)
                 t = time.perf_counter()
                 run_recall(m, opts, RecallRequest(ScopeFilter("a"), text, 10), qvecs[i], MODEL)
                 times[name].append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
             emb.embed([text])
             embed_ms.append((time.perf_counter() - t) * 1000)
+    shape("")
     report: dict[str, Any] = {
         "docs": len(texts),
         "queries": len(queries),

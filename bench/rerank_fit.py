@@ -34,7 +34,19 @@ from pathlib import Path
 
 import numpy as np
 from eval_recall import AGENT, Dataset, K, assign_halves, load_dataset, ndcg_at_k, recall_at_k
-from locomo_dev import LOCOMO_DEV, VARIANTS, Agent, Lists, build, evaluate, gated, paired, pool_of, retrieve
+from locomo_dev import (
+    LOCOMO_DEV,
+    VARIANTS,
+    Agent,
+    Lists,
+    build,
+    evaluate,
+    expanded,
+    gated,
+    paired,
+    pool_of,
+    retrieve,
+)
 
 from memstream.api.query.recall import dates, fusion, rerank, speakers
 from memstream.api.services.embedding import load_local_embedder
@@ -94,50 +106,26 @@ class Query:
     applies: bool = True  # the second stage runs on these candidates (``rerank.conversational``)
 
 
-def expanded(
-    ag: Agent, cands: list[fusion.Candidate], sig: rerank.Signals
-) -> tuple[list[fusion.Candidate], rerank.Signals]:
-    """The candidates plus the turn before and after each that neither list holds, appended
-    after them with no list's signals (no cosine, no rrf): the pool a second stage could rank if
-    it read a candidate's neighbours too (``--extra expand``)."""
-    have = {c.ref for c in cands}
-    n = len(ag.doc_ids)
-    adjacency = dict(sig.adjacency)
-    content = dict(sig.content)
-    added = []
-    for c in cands:
-        p = int(c.ref.split(":")[1])
-        for d in (p - 1, p + 1):
-            ref = f"mem:{d}"
-            if 1 <= d <= n and ref not in have:
-                have.add(ref)
-                added.append(fusion.Candidate(ref))
-                adjacency[ref] = (f"mem:{d - 1}" if d > 1 else None, f"mem:{d + 1}" if d < n else None)
-                content[ref] = ag.texts[d - 1]
-    named = speakers.named_in(sig.query)
-    spoke = set(sig.speakers) | {c.ref for c in added if speakers.speaker_of(content[c.ref]) in named}
-    new = rerank.Signals(sig.vector, sig.lexical, sig.shares, adjacency, spoke, content, sig.query, sig.coverage)
-    return cands + added, new
-
-
 def queries(
     ds: Dataset,
     agents: dict[str, Agent],
     lists: dict[str, Lists],
     pool: int,
     extra: Sequence[str] = (),
-    expand: bool = False,
+    expand: int | None = None,
     drop: Sequence[str] = (),
+    read: bool = False,
 ) -> list[Query]:
     """Each question's candidates, their features (``rerank.FEATURES``, then ``extra``; the
-    columns of ``drop`` zeroed, so a fit gives them weight 0) and labels."""
+    columns of ``drop`` zeroed, so a fit gives them weight 0) and labels. ``read``: cosines read
+    by id for rows the vector list did not hold (``rerank.Signals.read``); ``expand``: the
+    neighbours of that many first candidates join them (0: none; -1: every candidate's)."""
     out = []
     for q, ls in lists.items():
         ag = agents[ds.agent_of.get(q, AGENT)]
-        cands, sig = pool_of(ag, ls, pool)
-        first = len(cands)
+        cands, sig = pool_of(ag, ls, pool, read=read or bool(expand))
         if expand:
-            cands, sig = expanded(ag, cands, sig)
+            cands, sig = expanded(ag, ls, cands, sig, None if expand < 0 else expand)
         applies = rerank.conversational(sig.content, sig.content)
         rel = set(ds.qrels[q])
         y = np.array([ag.doc_ids[int(c.ref.split(":")[1]) - 1] in rel for c in cands], dtype=np.float64)
@@ -148,8 +136,6 @@ def queries(
             cue = cue_rows(ls.text, cands, dict(sig.content))
             cue["cluster"] = cluster(ag, cands)
             x = np.hstack([x, np.array([cue[e] for e in extra], dtype=np.float64).T.reshape(len(cands), len(extra))])
-        if expand:  # 1 for a row only the expansion brought
-            x = np.hstack([x, (np.arange(len(cands)) >= first).astype(np.float64)[:, None]])
         out.append(Query(q, ds.agent_of.get(q, AGENT), cands, x, y, ag, applies))
     return out
 
@@ -295,7 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="",
         help="signal sets to add to the features, ';' between sets, ',' inside one ('' = none), of: "
         + ", ".join(EXTRA)
-        + "; 'expand': each candidate's neighbours join the pool, with a signal saying so;"
+        + "; 'read': cosines read by id for rows the vector list did not hold (rerank.Signals.read);"
+        + " 'expand' / 'expandK': the neighbours of every candidate / of the first K join the pool (with reads);"
         + " '-NAME': a signal of rerank.FEATURES left out (weight 0)",
     )
     ap.add_argument("--ceiling", action="store_true", help="evidence among the candidates at each --pool depth")
@@ -306,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         ds, agents, lists = prepare(args.check, args.embedder, dev_half=True)
         pool = int(args.pool.split(",")[0])
-        qs = queries(ds, agents, lists, pool)
+        grow = -1 if rerank.EXPAND is None else rerank.EXPAND  # the shipped reads and joins
+        qs = queries(ds, agents, lists, pool, expand=grow if rerank.READ else 0, read=rerank.READ)
         base = evaluate(VARIANTS["first-stage"], ds, agents, lists)
         mine = score(qs, ds, rerank.DEFAULT_MODEL)
         for name, set_q in ds.query_sets.items():
@@ -330,10 +318,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         every: dict[str, Scores] = {}  # held-out scores by label, for ``--against``
         for pool, extra in ((p, e) for p in map(int, args.pool.split(",")) for e in args.extra.split(";")):
             cue_set = [e for e in extra.split(",") if e]
-            expand = "expand" in cue_set
+            grow = [e for e in cue_set if e.startswith("expand")]
+            expand = (int(grow[0][6:]) if grow[0][6:] else -1) if grow else 0
             drop = [e[1:] for e in cue_set if e.startswith("-")]
-            cues = [e for e in cue_set if e != "expand" and not e.startswith("-")]
-            qs = queries(ds, agents, lists, pool, cues, expand, drop)
+            cues = [e for e in cue_set if e not in grow and e != "read" and not e.startswith("-")]
+            qs = queries(ds, agents, lists, pool, cues, expand, drop, "read" in cue_set)
             first = summary(score(qs, ds, None), base, qids)
             report[f"pool{pool}-first-stage"] = first
             r, n = first["recall@10"], first["ndcg@10"]  # type: ignore[index]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Iterable
 from typing import Any, Final
 
 import numpy as np
@@ -444,6 +445,24 @@ class VectorProjection:
         return vector_search.search(
             ag, scope, query, k, window, reach, model, self.exact_far_limit, expansion, self.stats
         )
+
+    def cosines(
+        self, agent_id: str, query: np.ndarray, refs: Iterable[str], model: str | None = None
+    ) -> dict[str, float]:
+        """Each record's (``mem:<id>`` / ``ep:<id>``) exact cosine with ``query``, as ``search``
+        reports it, for records no search returned: recall's second stage reads a candidate's
+        neighbours this way. Records without a ``model`` vector (default: the agent's model)
+        are left out; scope is the caller's to check."""
+        ag = self._agents.get(agent_id)
+        model = model or (ag.model if ag is not None else None)
+        if ag is None or model is None:
+            return {}
+        keys = []
+        for ref in refs:
+            kind, _, ident = ref.partition(":")
+            if kind in KIND_OF and ident.isdigit():
+                keys.append(row_key(KIND_OF[kind], int(ident)))
+        return dict(vector_search.cosines(ag, query, keys, model))
 
     # -- snapshots ----------------------------------------------------------------------------
 

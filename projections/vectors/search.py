@@ -53,6 +53,26 @@ def search(
     return window_hits, far(ag.graphs.get(model), lut, bands, q, qn, k, exact_far_limit, expansion_search, stats)
 
 
+def cosines(ag: Agent, query: np.ndarray, keys: list[int], model: str) -> list[Hit]:
+    """The exact cosines of the rows ``keys`` names that have a ``model`` vector (others left
+    out), as ``rescore`` computes them for a search's hits: a dot over those rows only."""
+    q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+    qn = float(np.sqrt(np.dot(q.astype(np.float64), q.astype(np.float64))))
+    if not keys or not math.isfinite(qn) or qn == 0.0:
+        return []
+    parts: list[tuple[Segment, np.ndarray]] = []
+    for kind in (MEM, EP):
+        seg = ag.segs.get((model, kind))
+        if seg is None:
+            continue
+        found = [p for k in keys if k & 1 == kind and (p := seg.pos(k)) is not None]
+        if found:
+            if q.shape[0] != seg.dim:
+                raise ValueError(f"query has {q.shape[0]} components; model {model!r} vectors have {seg.dim}")
+            parts.append((seg, np.array(found, dtype=np.int64)))
+    return rescore(parts, q, qn, len(keys))
+
+
 def exact(parts: list[tuple[Segment, np.ndarray]], q: np.ndarray, qn: float, k: int) -> list[Hit]:
     """The best ``k`` rows at ``parts``: float32 scores pick the candidates, float64 ranks them."""
     cands: list[tuple[Segment, np.ndarray]] = []

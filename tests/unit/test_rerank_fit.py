@@ -8,6 +8,7 @@ import pytest
 
 from memstream.api.query.recall import rerank
 from tests.support.bench import REPO, bench_module
+from tests.unit.test_locomo_dev import TURNS
 
 rf = bench_module("rerank_fit", REPO / "bench" / "rerank_fit.py")
 ld = bench_module("locomo_dev", REPO / "bench" / "locomo_dev.py")
@@ -115,3 +116,30 @@ def test_cluster_is_each_candidates_mean_cosine_to_the_others_at_the_top() -> No
     v = ag.vectors[[0, 1, 2]]
     v = v / np.linalg.norm(v, axis=1, keepdims=True)
     assert got == pytest.approx([v[0] @ v[1], v[1] @ v[0], (v[2] @ v[0] + v[2] @ v[1]) / 2])
+
+
+def test_expanded_joins_the_first_candidates_neighbours_with_their_read_cosines() -> None:
+    from tests.unit.test_locomo_dev import agent, lists_for
+
+    ag = agent()
+    ls = lists_for(ag, "What did Caroline make in pottery", np.array([1, 0.2, 0.9, 0, 0, 0, 1.5], dtype=np.float32))
+    cands, sig = ld.pool_of(ag, ls, 1, read=True)  # one row of each list: the rest are outside
+    assert sig.read is not None and not {r for r, _ in sig.vector} & sig.read.keys()
+    wide, ws = ld.expanded(ag, ls, cands, sig, None)
+    have = {c.ref for c in cands}
+    joined = wide[len(cands) :]
+    assert joined
+    # every candidate's neighbours that were not candidates, once each, with its exact cosine
+    around = {n for c in cands for n in sig.adjacency[c.ref] if n is not None}
+    assert len(joined) == len({c.ref for c in joined})
+    assert {c.ref for c in joined} == around - have
+    for c in joined:
+        p = int(c.ref.split(":")[1])
+        assert c.cosine == pytest.approx(float(ls.cos[p - 1])) and ws.read is not None
+        assert ws.read[c.ref] == c.cosine and ws.content[c.ref] == TURNS[p - 1]
+        row = dict(zip(rerank.FEATURES, rerank.feature_rows([c], ws)[0], strict=True))
+        assert row["cosine"] == pytest.approx(max(0.0, c.cosine)) and row["vector_rr"] == row["lexical_rr"] == 0.0
+    # the first candidate's neighbours only, and without reads nothing is read
+    top, _ = ld.expanded(ag, ls, cands, sig, 1)
+    assert {c.ref for c in top[len(cands) :]} == {n for n in sig.adjacency[cands[0].ref] if n is not None} - have
+    assert ld.pool_of(ag, ls, 1)[1].read is None

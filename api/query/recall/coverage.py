@@ -23,10 +23,12 @@ class Coverage:
     """The shares of one question's IDF mass that rows hold, alone or two together: each row's
     held query words as a bit mask, each word's IDF by bit."""
 
-    def __init__(self, idf: list[float], held: dict[str, int]) -> None:
+    def __init__(self, idf: list[float], held: dict[str, int], present: int = -1) -> None:
         self.idf = idf
         self.total = sum(idf)
         self.held = held  # ref -> bit i set when the row holds query word i; rows not read: 0
+        # bit i set when some live row holds query word i (every bit when not given)
+        self.present_total = sum(v for i, v in enumerate(idf) if present >> i & 1)
 
     def share(self, *refs: str | None) -> float:
         """The summed IDF of the query words any of ``refs`` holds, over the question's."""
@@ -37,6 +39,15 @@ class Coverage:
         if not mask or self.total <= 0:
             return 0.0
         return sum(v for i, v in enumerate(self.idf) if mask >> i & 1) / self.total
+
+    def lexical_share(self, ref: str) -> float:
+        """The row's share as BM25 reports it for the rows it ranks (``bm25.bm25``): over the
+        IDF mass of the query words some row holds, so a row the lexical list did not reach
+        gets the signal on the scale of one it did."""
+        mask = self.held.get(ref, 0)
+        if not mask or self.present_total <= 0:
+            return 0.0
+        return sum(v for i, v in enumerate(self.idf) if mask >> i & 1) / self.present_total
 
     def signals(self, ref: str, previous: str | None, following: str | None) -> tuple[float, float]:
         """(with the row before, with the row after); a missing neighbour adds nothing."""
@@ -56,8 +67,11 @@ def coverage_of(lexical: LexicalProjection, agent_id: str, query: str, refs: Ite
     slots = np.array([idx.slot_of[r] for r in wanted], dtype=np.int64)
     masks = [0] * len(wanted)
     idf = []
+    present = 0
     for i, word in enumerate(words):
-        idf.append(idf_of(n, idx.df.get(word, 0)))
+        df = idx.df.get(word, 0)
+        idf.append(idf_of(n, df))
+        present |= (1 << i) if df else 0
         post = idx.post.get(word)
         if post is None or not wanted:
             continue
@@ -68,4 +82,4 @@ def coverage_of(lexical: LexicalProjection, agent_id: str, query: str, refs: Ite
         at = np.minimum(np.searchsorted(held, slots), held.shape[0] - 1)
         for j in np.flatnonzero(held[at] == slots).tolist():
             masks[j] |= 1 << i
-    return Coverage(idf, dict(zip(wanted, masks, strict=True)))
+    return Coverage(idf, dict(zip(wanted, masks, strict=True)), present)

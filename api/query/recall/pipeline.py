@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from memstream.api.query.recall import coverage, fusion, neighbours, rerank, speakers
+from memstream.api.query.recall import coverage, expand, fusion, neighbours, rerank, speakers
 from memstream.api.query.recall.gate import GateConfig, apply_gate, autocut, confidence_of, episode_factor, keyed_signal
 from memstream.api.query.recall.models import RecallModels, Row
 from memstream.api.query.recall.options import RecallSettings
@@ -210,16 +210,36 @@ def run_recall(
             )
             if second_stage:
                 filtered = bool(req.source_id or req.exclude or req.after or req.before)
-                near = {
-                    n
-                    for pair in adjacency.values()
-                    for n in pair
-                    if n is not None and (n in content or not filtered or _admit(engine, req, n))
-                }
-                held = coverage.coverage_of(engine.lexical, req.scope.agent_id, lex_query, {*content, *near})
-                spoken = speakers.spoken_by(content, named)
-                signals = rerank.Signals(window, lexical_vote, shares, adjacency, spoken, content, req.query, held)
-                cands = rerank.rerank(cands, signals, rerank.DEFAULT_MODEL)
+                widened = expand.widen(
+                    engine,
+                    req.scope.agent_id,
+                    cands,
+                    window,
+                    adjacency,
+                    content,
+                    lambda ref: not filtered or _admit(engine, req, ref),
+                    lambda ref: _content(engine, ref),
+                    query_vec,
+                    model,
+                    rerank.READ,
+                    rerank.EXPAND,
+                )
+                held = coverage.coverage_of(
+                    engine.lexical, req.scope.agent_id, lex_query, {*widened.content, *widened.near}
+                )
+                spoken = speakers.spoken_by(widened.content, named)
+                signals = rerank.Signals(
+                    window,
+                    lexical_vote,
+                    shares,
+                    widened.adjacency,
+                    spoken,
+                    widened.content,
+                    req.query,
+                    held,
+                    widened.read,
+                )
+                cands = rerank.rerank(widened.cands, signals, rerank.DEFAULT_MODEL)
 
     cfg = GateConfig(
         rrf_k=settings.rrf_k,

@@ -28,6 +28,13 @@ Ranked = Sequence[tuple[str, float]]
 # 0.013) and 10 no more than 6 (docs/eval.md, "Fifth pass").
 DEPTH_FACTOR: Final = 6
 
+# Cosines read by id for the rows the vector list did not hold (``Signals.read``), and the
+# neighbours of this many first candidates joining the pool (expand.py; None: every candidate's,
+# 0: none). Chosen leave-one-conversation-out on the LoCoMo development split (docs/eval.md,
+# "Sixth pass"); READ False with EXPAND 0 is the fifth pass's stage.
+READ: Final = True
+EXPAND: Final[int | None] = 20
+
 # The signals, in the order of ``WEIGHTS``. Rows a list did not rank get 0 for its signals.
 FEATURES: Final = (
     "fused",  # the first stage's order value, over the deeper lists
@@ -63,18 +70,18 @@ class Model:
         return sum(w * v for w, v in zip(self.weights, x, strict=True))
 
 
-# Fitted by ``bench/rerank_fit.py --pool 60 --kind pairwise --l2 0.001`` on the LoCoMo
-# development split (5 conversations, 760 questions; every turn one memory, MiniLM-L6 int8):
-# a logistic model on pairs (an evidence turn against another candidate of its question) over
-# standardised features, L2 0.001, written back on the raw scale (weight / feature's std).
-# Fitted leave-one-conversation-out the same way, each conversation scored by the model of the
-# other four: recall@10 0.694 -> 0.763 and NDCG@10 0.479 -> 0.628 over the first stage at this
-# depth; against the fourth pass's default (pool 30, no cover signals) recall@10 +0.012 ± 0.013
-# and NDCG@10 +0.012 ± 0.009 (docs/eval.md, "Third pass" to "Fifth pass"). In FEATURES order.
+# Fitted by ``bench/rerank_fit.py --pool 60 --kind pairwise --l2 0.001 --extra expand20`` on the
+# LoCoMo development split (5 conversations, 760 questions; every turn one memory, MiniLM-L6
+# int8), with the reads and joins of ``READ`` / ``EXPAND``: a logistic model on pairs (an
+# evidence turn against another candidate of its question) over standardised features, L2 0.001,
+# written back on the raw scale (weight / feature's std). Fitted leave-one-conversation-out the
+# same way, each conversation scored by the model of the other four: recall@10 0.780 and NDCG@10
+# 0.637, against the fifth pass's 0.763 / 0.628 (+0.017 ± 0.013 and +0.010 ± 0.008, paired;
+# docs/eval.md, "Third pass" to "Sixth pass"). In FEATURES order.
 DEFAULT_MODEL: Final = Model(
     (
-        *(-1.1695, 3.3392, 1.6169, -1.6804, 1.2734, 1.7339, 2.1209, -0.1941, 1.1547, 1.7667),
-        *(1.4997, 0.6146, 2.7204, 1.0363, 2.5642, 2.7694, 1.3320, 3.6498, 1.8490),
+        *(-0.5717, 2.9659, 3.2542, -4.5271, 0.8926, 1.1075, 2.1513, 0.1302, 2.0280, 2.7464),
+        *(-0.5007, 0.6925, 2.6451, 0.9631, 2.9725, 2.5292, 1.4436, 5.5280, 2.3910),
     )
 )
 
@@ -91,12 +98,17 @@ class Signals:
     content: Mapping[str, str | None]  # each candidate's text (None for an episode)
     query: str  # the question, for its dates
     coverage: Coverage  # the query words each candidate and its neighbours hold (coverage.py)
+    # Cosines read by memory id (``VectorProjection.cosines``) for rows the vector list did not
+    # hold. With them, such a row (a lexical-only candidate, a neighbour, a row ``expand``
+    # brought) gets its cosine from here and its share from ``coverage``, as a listed row gets
+    # them from its list; None: they get 0 (before the sixth pass, docs/eval.md).
+    read: Mapping[str, float] | None = None
 
 
 def features(c: Candidate, s: Signals, index: _Index) -> list[float]:
     """The row's ``FEATURES`` vector."""
-    cos = index.cosine.get(c.ref)
-    share = index.share.get(c.ref)
+    cos = index.cosine_of(c.ref)
+    share = index.share_of(c.ref, s)
     prev, nxt = s.adjacency.get(c.ref, (None, None))
     text = s.content.get(c.ref)
     return [
@@ -107,11 +119,11 @@ def features(c: Candidate, s: Signals, index: _Index) -> list[float]:
         share / index.top_share if share is not None and index.top_share > 0 else 0.0,
         1.0 / index.vector_rank[c.ref] if c.ref in index.vector_rank else 0.0,
         1.0 / index.lexical_rank[c.ref] if c.ref in index.lexical_rank else 0.0,
-        1.0 if cos is not None and share is not None else 0.0,
-        index.cosine.get(prev, 0.0) if prev is not None else 0.0,
-        index.cosine.get(nxt, 0.0) if nxt is not None else 0.0,
-        index.share.get(prev, 0.0) if prev is not None else 0.0,
-        index.share.get(nxt, 0.0) if nxt is not None else 0.0,
+        1.0 if c.ref in index.vector_rank and c.ref in index.lexical_rank else 0.0,
+        index.cosine_of(prev) or 0.0,
+        index.cosine_of(nxt) or 0.0,
+        index.share_of(prev, s) or 0.0,
+        index.share_of(nxt, s) or 0.0,
         1.0 if c.ref in s.speakers else 0.0,
         math.log1p(len(text.split())) if text else 0.0,
         *dates.signals(index.question, text),
@@ -129,16 +141,30 @@ class _Index:
     top_share: float
     question: dates.Question
 
+    def cosine_of(self, ref: str | None) -> float | None:
+        return self.cosine.get(ref) if ref is not None else None
+
+    def share_of(self, ref: str | None, s: Signals) -> float | None:
+        """A listed row's share; with reads, any other row's from the postings (``coverage``)."""
+        if ref is None:
+            return None
+        share = self.share.get(ref)
+        if share is None and s.read is not None:
+            return s.coverage.lexical_share(ref)
+        return share
+
 
 def index_of(s: Signals) -> _Index:
-    cosine = {r: min(1.0, max(0.0, v)) for r, v in s.vector}
+    read = {r: min(1.0, max(0.0, v)) for r, v in (s.read or {}).items()}
+    listed = {r: min(1.0, max(0.0, v)) for r, v in s.vector}
+    cosine = read | listed
     share = {r: min(1.0, max(0.0, s.shares.get(r, 0.0))) for r, _ in s.lexical}
     return _Index(
         cosine,
         share,
         {r: i for i, (r, _) in enumerate(s.vector, start=1)},
         {r: i for i, (r, _) in enumerate(s.lexical, start=1)},
-        max(cosine.values(), default=0.0),
+        max(listed.values(), default=0.0),
         max(share.values(), default=0.0),
         dates.question(s.query),
     )
