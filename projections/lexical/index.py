@@ -10,6 +10,7 @@ from typing import Final
 
 import numpy as np
 
+from memstream.projections.lexical.packed import Postings
 from memstream.projections.lexical.text import normalize, tokens_of_normalized
 from memstream.projections.lexical.words import WordIndex
 from memstream.projections.scope import ScopeFilter
@@ -46,7 +47,7 @@ class AgentIndex:
         self.buckets: Counter[tuple[str, str]] = Counter()  # live rows per (project, channel)
         self.dead = 0
         self.total_len = 0
-        self.post: dict[str, tuple[array, array]] = {}  # term -> (ascending slots, term frequencies)
+        self.post = Postings()  # term -> (ascending slots, term frequencies); a load leaves it packed
         self.df: dict[str, int] = {}  # term -> live rows holding it
         self.kw = WordIndex()
         self.dense: dict[str, np.ndarray] = {}  # common term -> per-slot tf (``pruning.dense_of``)
@@ -87,6 +88,8 @@ class AgentIndex:
         counts = Counter(toks)
         for t, c in counts.items():
             p = post.get(t)
+            if p is None:
+                p = post.unpack(t)  # a term a checkpoint loaded: its postings unpacked now
             if p is None:
                 p = post[intern(t)] = (array("i"), array("i"))  # interned: the keyword grams share the string
                 df[t] = 1
@@ -201,6 +204,7 @@ class AgentIndex:
         self.n, self.dead = m, 0
         alive = np.zeros(n, dtype=bool)
         alive[live] = True
+        self.post.unpack_all()
         for t, (sa, ta) in self.post.items():
             slots = np.frombuffer(sa, dtype=np.int32)
             keep_t = alive[slots]

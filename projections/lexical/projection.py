@@ -177,7 +177,7 @@ class LexicalProjection:
         rows_by_agent: dict[str, list[list[Any]]] = body["agents"]
         if version == SNAPSHOT_VERSION and self.blobs is not None:
             name = body["blob"]
-            mv = self.blobs.load_blob(name)
+            mv = self.blobs.map_blob(name)  # mapped: the packed postings stay views of it (sidecar.py)
             if mv is not None:
                 try:
                     self.agents = sidecar.read(mv, name.removeprefix(f"{self.name}-"), rows_by_agent)

@@ -4,10 +4,8 @@ binary arrays, so a restart reads the index instead of re-analysing every text."
 from __future__ import annotations
 
 import struct
-from array import array
 from collections import Counter
 from collections.abc import Sequence
-from itertools import pairwise
 from sys import intern
 from typing import Any, Final
 
@@ -15,9 +13,13 @@ import numpy as np
 import orjson
 
 from memstream.projections.lexical.index import AgentIndex
+from memstream.projections.lexical.packed import Packed
 from memstream.streams.snapshots import SnapshotStore
 
-FORMAT: Final = 1
+# 2: no refs in the header (the snapshot's rows give them, through ``row_of``); postings and
+# grams stay packed after a load (``packed.py``). 1 still loads.
+FORMAT: Final = 2
+READS: Final = frozenset({1, 2})
 
 # The per-slot columns, with the dtype each is stored in.
 _COLUMNS: Final = (("seq", np.int64), ("dlen", np.float64), ("proj", np.int32), ("chan", np.int32), ("alive", np.bool_))
@@ -42,11 +44,25 @@ class _Parts:
         return [at, nbytes]
 
 
-def _flat(lists: Sequence[array]) -> tuple[np.ndarray, np.ndarray]:
+def _flat(lists: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     """Several int32 arrays as one CSR: (prefix sums of their lengths, their concatenation)."""
     ptr = np.zeros(len(lists) + 1, dtype=np.int64)
     np.cumsum(np.fromiter((len(a) for a in lists), dtype=np.int64, count=len(lists)), out=ptr[1:])
     return ptr, np.frombuffer(b"".join(lists), dtype=np.int32)
+
+
+def _packed_csr(table: Packed[Any], col: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """A packed mapping's keys and one column as a CSR, its base copied in bulk (never unpacked)."""
+    keys = list(table)
+    ptr, flat = _flat([table.buffers(k)[col] for k in keys])
+    if not table.base:
+        return keys, ptr, flat
+    rows = np.fromiter(table.base.values(), dtype=np.int64, count=len(table.base))
+    starts, ends = table.ptr[rows], table.ptr[rows + 1]
+    lens = ends - starts
+    at = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+    base_ptr = np.cumsum(lens) + ptr[-1]
+    return keys + list(table.base), np.concatenate((ptr, base_ptr)), np.concatenate((flat, table.cols[col][at]))
 
 
 def _keep(ptr: np.ndarray, flat: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -70,9 +86,8 @@ def _agent_entry(name: str, idx: AgentIndex, parts: _Parts) -> dict[str, Any]:
     remap = np.full(n, -1, dtype=np.int32)
     remap[live] = np.arange(live.shape[0], dtype=np.int32)
     # BM25 postings: every term is held by a live row (``remove`` drops the others).
-    terms = list(idx.post)
-    sptr, sflat = _flat([idx.post[t][0] for t in terms])
-    _, tflat = _flat([idx.post[t][1] for t in terms])
+    terms, sptr, sflat = _packed_csr(idx.post, 0)
+    _, _, tflat = _packed_csr(idx.post, 1)
     keep = alive[sflat]
     pptr = _keep(sptr, sflat, keep)
     # Keyword words: those some live row holds, renumbered in order; their grams likewise.
@@ -84,8 +99,7 @@ def _agent_entry(name: str, idx: AgentIndex, parts: _Parts) -> dict[str, Any]:
     wremap[:n_words][live_words] = np.arange(int(live_words.sum()), dtype=np.int32)
     words = [w for w, ok in zip(kw.words, live_words.tolist(), strict=False) if ok]
     wptr = np.concatenate(([0], wptr_all[1:][live_words])).astype(np.int64)
-    grams = list(kw.grams)
-    gptr_all, gflat = _flat([kw.grams[g] for g in grams])
+    grams, gptr_all, gflat = _packed_csr(kw.grams, 0)
     gkeep = wremap[gflat] >= 0
     gptr_kept = _keep(gptr_all, gflat, gkeep)
     live_grams = np.diff(gptr_kept) > 0
@@ -93,7 +107,8 @@ def _agent_entry(name: str, idx: AgentIndex, parts: _Parts) -> dict[str, Any]:
         "agent": name,
         "n": int(live.shape[0]),
         "total_len": idx.total_len,
-        "refs": [idx.refs[i] for i in live.tolist()],
+        # Each slot's row in the snapshot's list (sorted by seq, ties in slot order: live_rows).
+        "row_of": parts.put(np.argsort(np.argsort(idx.seq[live], kind="stable"), kind="stable").astype(np.int32)),
         "names": idx.names,
         "columns": {col: parts.put(np.ascontiguousarray(getattr(idx, col)[live])) for col, _ in _COLUMNS},
         "terms": terms,
@@ -135,7 +150,8 @@ def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> di
     sidecar is not the one of these rows, or is inconsistent."""
     (head_len,) = struct.unpack_from("<Q", mv, 0)
     header = orjson.loads(bytes(mv[8 : 8 + head_len]))
-    if header.get("format") != FORMAT or header.get("rows_hash") != rows_hash:
+    fmt = header.get("format")
+    if fmt not in READS or header.get("rows_hash") != rows_hash:
         raise ValueError("lexical sidecar is not this snapshot's")
     base = 8 + head_len
 
@@ -148,26 +164,20 @@ def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> di
             raise ValueError("lexical sidecar array of the wrong size")
         return np.frombuffer(mv, dtype=dtype, count=count, offset=base + at) if count else np.empty(0, dtype)
 
-    def lists(ptr_spec: list[int], flat_spec: list[int], count: int) -> list[array]:
-        """``count`` int32 arrays of a CSR, each its own ``array`` (the fold appends to them)."""
+    def csr(ptr_spec: list[int], flat_spec: list[int], count: int) -> tuple[np.ndarray, np.ndarray]:
+        """A CSR of ``count`` lists, checked: read-only views of the sidecar's buffer (its
+        mapping lasts while they do; nothing writes to them, unpacking copies)."""
         ptr_arr = arr(ptr_spec, np.int64, count + 1)
         flat = arr(flat_spec, np.int32)
         if ptr_arr[0] != 0 or ptr_arr[-1] != flat.shape[0] or bool(np.any(np.diff(ptr_arr) < 0)):
             raise ValueError("lexical sidecar postings out of order")
-        raw = flat.data.cast("B")
-        out = []
-        for a, b in pairwise(ptr_arr.tolist()):
-            x = array("i")
-            x.frombytes(raw[a * 4 : b * 4])
-            out.append(x)
-        return out
+        ptr_arr.flags.writeable = flat.flags.writeable = False
+        return ptr_arr, flat
 
     agents: dict[str, AgentIndex] = {}
     for e in header["agents"]:
         idx = AgentIndex()
         n = e["n"]
-        if len(e["refs"]) != n:
-            raise ValueError("lexical sidecar slots do not match their refs")
         cap = max(16, n)
         for col, dtype in _COLUMNS:
             out = np.zeros(cap, dtype=dtype)
@@ -176,12 +186,8 @@ def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> di
         if not idx.alive[:n].all():
             raise ValueError("lexical sidecar holds dead slots")
         idx.n, idx.dead, idx.total_len = n, 0, e["total_len"]
-        idx.refs = [intern(r) for r in e["refs"]]
         idx.names = e["names"]
         idx.codes = {s: i for i, s in enumerate(idx.names)}
-        idx.slot_of = {ref: i for i, ref in enumerate(idx.refs)}
-        if len(idx.slot_of) != n:
-            raise ValueError("lexical sidecar refs repeat")
         width = max(1, len(idx.names))
         pairs, counts = np.unique(idx.proj[:n].astype(np.int64) * width + idx.chan[:n], return_counts=True)
         idx.buckets = Counter(
@@ -191,31 +197,66 @@ def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> di
             }
         )
         terms = [intern(t) for t in e["terms"]]
-        idx.df = dict(zip(terms, arr(e["df"], np.int32, len(terms)).tolist(), strict=True))
-        slots = lists(e["post_ptr"], e["post_slots"], len(terms))
-        tfs = lists(e["post_ptr"], e["post_tfs"], len(terms))
-        idx.post = dict(zip(terms, zip(slots, tfs, strict=True), strict=True))
+        df = arr(e["df"], np.int32, len(terms))
+        pptr, pslots = csr(e["post_ptr"], e["post_slots"], len(terms))
+        _, ptfs = csr(e["post_ptr"], e["post_tfs"], len(terms))
+        if not np.array_equal(df, np.diff(pptr)) or (pslots.shape[0] and int(pslots.max()) >= n):
+            raise ValueError("lexical sidecar postings do not match their counts")
+        idx.df = dict(zip(terms, df.tolist(), strict=True))
+        idx.post.pack(terms, pptr, (pslots, ptfs))
         kw = idx.kw
         kw.words = e["words"]
         kw.ids = {w: i for i, w in enumerate(kw.words)}
-        kw.ptr = arr(e["word_ptr"], np.int64, len(kw.words) + 1).copy()
-        kw.flat = arr(e["word_flat"], np.int32, int(kw.ptr[-1])).copy()
+        kw.ptr, kw.flat = csr(e["word_ptr"], e["word_flat"], len(kw.words))
         if kw.flat.shape[0] and int(kw.flat.max()) >= n:
             raise ValueError("lexical sidecar keyword postings past the slots")
-        grams = [intern(g) for g in e["grams"]]
-        kw.grams = dict(zip(grams, lists(e["gram_ptr"], e["gram_words"], len(grams)), strict=True))
-        # Texts: the snapshot's own rows (the logical content), one per slot.
+        gptr, gwords = csr(e["gram_ptr"], e["gram_words"], len(e["grams"]))
+        if gwords.shape[0] and int(gwords.max()) >= len(kw.words):
+            raise ValueError("lexical sidecar grams past the words")
+        kw.grams.pack([intern(g) for g in e["grams"]], gptr, (gwords,))
+        # Refs and texts: the snapshot's own rows (the logical content), one per slot.
         agent_rows = rows.get(e["agent"], [])
         if len(agent_rows) != n:
             raise ValueError("lexical sidecar rows do not match the snapshot")
-        texts: list[str | None] = [None] * n
-        for ref, _, _, seq, text in agent_rows:
-            slot = idx.slot_of[ref]
-            if int(idx.seq[slot]) != seq:
-                raise ValueError("lexical sidecar row out of place")
-            texts[slot] = intern(text)  # the memories read model holds the same string (records.py)
-        idx.texts = texts
+        if fmt == 1:
+            _rows_by_ref(idx, e["refs"], agent_rows)
+        else:
+            _rows_by_slot(idx, arr(e["row_of"], np.int32, n), agent_rows)
         agents[e["agent"]] = idx
     if set(agents) != set(rows):
         raise ValueError("lexical sidecar agents do not match the snapshot")
     return agents
+
+
+def _rows_by_slot(idx: AgentIndex, row_of: np.ndarray, agent_rows: list[list[Any]]) -> None:
+    """Refs and texts of a format-2 sidecar: slot ``i`` holds row ``row_of[i]``."""
+    n = idx.n
+    if n and (int(row_of.min()) < 0 or int(row_of.max()) >= n or bool(np.any(np.bincount(row_of, minlength=n) != 1))):
+        raise ValueError("lexical sidecar slots do not match the snapshot's rows")
+    picked = [agent_rows[i] for i in row_of.tolist()]
+    if not np.array_equal(np.fromiter((r[3] for r in picked), dtype=np.int64, count=n), idx.seq[:n]):
+        raise ValueError("lexical sidecar row out of place")
+    # Interned: the versions and history read models hold the same refs, the memories one the texts.
+    idx.refs = [intern(r[0]) for r in picked]
+    idx.texts = [intern(r[4]) for r in picked]
+    idx.slot_of = dict(zip(idx.refs, range(n), strict=True))
+    if len(idx.slot_of) != n:
+        raise ValueError("lexical sidecar refs repeat")
+
+
+def _rows_by_ref(idx: AgentIndex, refs: list[str], agent_rows: list[list[Any]]) -> None:
+    """Refs and texts of a format-1 sidecar, which names each slot's ref."""
+    n = idx.n
+    if len(refs) != n:
+        raise ValueError("lexical sidecar slots do not match their refs")
+    idx.refs = [intern(r) for r in refs]
+    idx.slot_of = {ref: i for i, ref in enumerate(idx.refs)}
+    if len(idx.slot_of) != n:
+        raise ValueError("lexical sidecar refs repeat")
+    texts: list[str | None] = [None] * n
+    for ref, _, _, seq, text in agent_rows:
+        slot = idx.slot_of[ref]
+        if int(idx.seq[slot]) != seq:
+            raise ValueError("lexical sidecar row out of place")
+        texts[slot] = intern(text)  # the memories read model holds the same string (records.py)
+    idx.texts = texts

@@ -9,6 +9,7 @@ from typing import Final
 
 import numpy as np
 
+from memstream.projections.lexical.packed import GramIds
 from memstream.projections.lexical.text import is_cjk
 
 NO_IDS: Final = np.zeros(0, dtype=np.int64)
@@ -33,7 +34,7 @@ class WordIndex:
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
         self.words: list[str] = []
-        self.grams: dict[str, array] = {}  # gram -> ascending word ids
+        self.grams = GramIds()  # gram -> ascending word ids; a load leaves it packed
         self.ptr = np.zeros(1, dtype=np.int64)
         self.flat = np.zeros(0, dtype=np.int32)
         self.dw = array("i")
@@ -57,6 +58,8 @@ class WordIndex:
         table = self.grams
         for g in grams:
             a = table.get(g)
+            if a is None:
+                a = table.unpack(g)
             if a is None:
                 a = table[intern(g)] = array("i")
             a.append(wid)
@@ -90,6 +93,8 @@ class WordIndex:
         postings = []
         for g in probes:
             a = self.grams.get(g)
+            if a is None:
+                a = self.grams.unpack(g)
             if a is None:
                 return NO_IDS
             postings.append(a)

@@ -1,0 +1,120 @@
+"""Term -> int32 lists that a checkpoint loads packed (one CSR) and unpacks one key at a time.
+
+A restart at 1M memories spent seconds making an ``array`` per term and per gram that most
+queries and writes never touch (docs/benchmarks.md, "Restart"). The mapping is a dict of the
+unpacked entries (what the fold adds and reads at dict speed) over a packed base: a key of the
+base becomes the dict's own, copied out of the CSR, when it is first read or written.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+import numpy as np
+
+V = TypeVar("V")
+
+
+def _unpack(flat: np.ndarray, a: int, b: int) -> array:
+    out = array("i")
+    out.frombytes(flat[a:b].tobytes())
+    return out
+
+
+class Packed(dict[str, V], Generic[V]):
+    """The unpacked entries (the dict itself) over a CSR base: ``base`` maps a key not unpacked
+    yet to its row of ``ptr``, whose columns are ``cols``. A key is in exactly one of the two.
+    ``len``, ``in`` and iteration cover only the unpacked part: use ``count``, ``holds`` and
+    ``keys_all`` for the whole."""
+
+    __slots__ = ("base", "cols", "ptr")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.base: dict[str, int] = {}
+        self.ptr = np.zeros(1, dtype=np.int64)
+        self.cols: tuple[np.ndarray, ...] = ()
+
+    def pack(self, keys: list[str], ptr: np.ndarray, cols: tuple[np.ndarray, ...]) -> None:
+        """Make the base ``keys`` (row ``i`` of ``ptr`` over ``cols``); the dict must be empty."""
+        if self:
+            raise ValueError("packed postings go under an empty mapping")
+        self.base = dict(zip(keys, range(len(keys)), strict=True))
+        if len(self.base) != len(keys):
+            raise ValueError("packed keys repeat")
+        self.ptr, self.cols = ptr, cols
+
+    def _value(self, row: int) -> V:
+        raise NotImplementedError
+
+    def _columns(self, value: V) -> tuple[array, ...]:
+        raise NotImplementedError
+
+    def unpack(self, key: str) -> V | None:
+        """The entry of ``key`` taken out of the base and made the dict's own, or None when the
+        base does not hold it (it may still be unpacked: this looks at the base only)."""
+        row = self.base.pop(key, None)
+        if row is None:
+            return None
+        value = self[key] = self._value(row)
+        return value
+
+    def __missing__(self, key: str) -> V:
+        value = self.unpack(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __delitem__(self, key: str) -> None:
+        if self.base.pop(key, None) is None:
+            super().__delitem__(key)
+
+    def unpack_all(self) -> None:
+        for key in list(self.base):
+            self.unpack(key)
+        self.ptr, self.cols = np.zeros(1, dtype=np.int64), ()
+
+    def count(self) -> int:
+        return len(self) + len(self.base)
+
+    def holds(self, key: str) -> bool:
+        return key in self or key in self.base
+
+    def keys_all(self) -> Iterator[str]:
+        yield from self
+        yield from self.base
+
+    def buffers(self, key: str) -> tuple[memoryview | array | np.ndarray, ...]:
+        """The columns of ``key`` without unpacking it (views into the base: do not keep them)."""
+        row = self.base.get(key)
+        if row is None:
+            return self._columns(dict.__getitem__(self, key))
+        a, b = int(self.ptr[row]), int(self.ptr[row + 1])
+        return tuple(c[a:b] for c in self.cols)
+
+
+class Postings(Packed[tuple[array, array]]):
+    """BM25 postings: term -> (ascending slots, term frequencies)."""
+
+    __slots__ = ()
+
+    def _value(self, row: int) -> tuple[array, array]:
+        a, b = int(self.ptr[row]), int(self.ptr[row + 1])
+        return _unpack(self.cols[0], a, b), _unpack(self.cols[1], a, b)
+
+    def _columns(self, value: tuple[array, array]) -> tuple[array, ...]:
+        return value
+
+
+class GramIds(Packed[array]):
+    """The keyword n-gram index: gram -> ascending word ids."""
+
+    __slots__ = ()
+
+    def _value(self, row: int) -> array:
+        return _unpack(self.cols[0], int(self.ptr[row]), int(self.ptr[row + 1]))
+
+    def _columns(self, value: array) -> tuple[array, ...]:
+        return (value,)
