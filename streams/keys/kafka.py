@@ -31,6 +31,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -72,6 +73,9 @@ CALL_TIMEOUT_S: Final = 60.0
 # is built: a new key sent meanwhile (a pool refill, which a write of any agent may wait for)
 # waits behind one batch, not behind every key of an erasure (docs/erasure.md, "Kafka mode").
 TOMBSTONE_BATCH: Final = 500
+# Key ids or records taken in per hold of the store's state lock, which every seal and open
+# also takes: a destruction's 100k ids in one hold made the decider's loop wait for all of them.
+SLICE: Final = 1000
 ENV_PREFIX: Final = "MEMSTREAM_KAFKA_KEYS_"
 
 
@@ -329,24 +333,32 @@ class KafkaKeyStore:
                     batch.append(key=key, value=None, timestamp=None)
             await (await producer.send_batch(batch, self.topic, partition=0))
 
-    def _apply(self, key: bytes | None, value: bytes | None, offset: int) -> None:
-        with self._state:
-            self._position = max(self._position, offset + 1)
-            if key is None:
-                return
-            if key.startswith(KEY_PREFIX):
-                key_id = key[len(KEY_PREFIX) :]
-                if value is None:
-                    self._absent.add(key_id)
-                    if self._wrapped.pop(key_id, None) is not None:
-                        self._generation += 1
-                else:
-                    self._absent.discard(key_id)
-                    self._wrapped[key_id] = value
-            elif value is None:
-                self._meta.pop(key, None)
+    def _apply(self, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
+        """Take in records read from the topic, ``SLICE`` under one hold of ``_state``: the
+        records of an erasure's 100k tombstones one hold each made every reader of the store
+        (the decider's loop sealing the next write) queue for the lock 100k times."""
+        for start in range(0, len(records), SLICE):
+            with self._state:
+                for rec in records[start : start + SLICE]:
+                    self._apply_one(rec.key, rec.value, rec.offset)
+
+    def _apply_one(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+        self._position = max(self._position, offset + 1)
+        if key is None:
+            return
+        if key.startswith(KEY_PREFIX):
+            key_id = key[len(KEY_PREFIX) :]
+            if value is None:
+                self._absent.add(key_id)
+                if self._wrapped.pop(key_id, None) is not None:
+                    self._generation += 1
             else:
-                self._meta[key] = value
+                self._absent.discard(key_id)
+                self._wrapped[key_id] = value
+        elif value is None:
+            self._meta.pop(key, None)
+        else:
+            self._meta[key] = value
 
     async def _catch_up(self) -> None:
         """Read the keys topic up to its end as of now."""
@@ -358,8 +370,7 @@ class KafkaKeyStore:
                 await asyncio.sleep(0.005)
                 continue
             batch = await self._consumer.getmany(tp, timeout_ms=200)
-            for rec in batch.get(tp, []):
-                self._apply(rec.key, rec.value, rec.offset)
+            self._apply(batch.get(tp, []))
 
     async def _tail(self) -> None:
         assert self._consumer is not None
@@ -372,8 +383,7 @@ class KafkaKeyStore:
             except Exception:  # a broker away for a while: keep what is known, try again
                 await asyncio.sleep(0.5)
                 continue
-            for rec in batch.get(tp, []):
-                self._apply(rec.key, rec.value, rec.offset)
+            self._apply(batch.get(tp, []))
 
     async def _fill(self) -> None:
         while True:
@@ -427,18 +437,24 @@ class KafkaKeyStore:
                 time.sleep(0.5)  # the broker is away: ask again shortly, within the deadline
 
     def destroy_ids(self, key_ids: Sequence[bytes]) -> int:
-        with self._state:
-            present = [k for k in key_ids if k in self._wrapped]
+        # ``_state`` is held ``SLICE`` ids at a time, not for all of them: the decider's loop
+        # takes it for every key it seals or opens, and 100k ids in one hold stalled it.
+        present = 0
+        for start in range(0, len(key_ids), SLICE):
+            with self._state:
+                present += sum(1 for k in key_ids[start : start + SLICE] if k in self._wrapped)
         if key_ids:
             tombstones = [KEY_PREFIX + k for k in key_ids]
             self._call(self._send_tombstones(tombstones), timeout=self._tombstones_timeout(len(key_ids)))
+        for start in range(0, len(key_ids), SLICE):
+            with self._state:
+                for k in key_ids[start : start + SLICE]:
+                    self._absent.add(k)
+                    if self._wrapped.pop(k, None) is not None:
+                        self._generation += 1
         with self._state:
-            for k in key_ids:
-                self._absent.add(k)
-                if self._wrapped.pop(k, None) is not None:
-                    self._generation += 1
             self._generation += 1
-        return len(present)
+        return present
 
     @staticmethod
     def _tombstones_timeout(count: int) -> float:
@@ -447,8 +463,9 @@ class KafkaKeyStore:
         return CALL_TIMEOUT_S + count / 1000
 
     def generation(self) -> int:
-        with self._state:
-            return self._generation
+        # Read without ``_state``: one attribute read is atomic, the count only grows, and the
+        # decider's loop asks at every batch it seals (waiting here for a destruction's hold).
+        return self._generation
 
     def erased_through_of(self, partition: int) -> tuple[int, int]:
         with self._state:
