@@ -9,6 +9,7 @@ operator answers its data subjects' requests); ``erase_agent_data`` needs an adm
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pydantic import Field, StrictStr
@@ -20,6 +21,8 @@ from memstream.api.tools.registry import Caller, Tool, register
 from memstream.streams import commands as c
 from memstream.streams.commands import MAX_ERASE_REASON
 from memstream.streams.events import parse_ref
+
+REFS_INLINE = 1_000  # more refs than this in an answer are made on a thread (``_report``)
 
 Reason = StrictStr
 
@@ -52,13 +55,16 @@ def _unavailable() -> dict[str, Any]:
     return {"ok": False, "error": "erasure is not available on this engine (it holds no key store)"}
 
 
-def _report(done: dict[str, Any], agent_id: str) -> dict[str, Any]:
+async def _report(done: dict[str, Any], agent_id: str) -> dict[str, Any]:
     out = done["outcome"]
     if out.result != "applied":
         mark_failure(out.error or "rejected")
         return {"ok": False, "error": out.reason or "rejected"}
     p = done["payload"]
-    refs = [f"mem:{i}" for i in p["memory_ids"]] + [f"ep:{i}" for i in p["episode_ids"]]
+    # An agent's 100k refs are made on a thread: on the event loop they held every other
+    # agent's call that the server was answering (a Kafka worker's loop also decides writes).
+    many = len(p["memory_ids"]) + len(p["episode_ids"]) > REFS_INLINE
+    refs = await asyncio.to_thread(_refs, p) if many else _refs(p)
     return {
         "ok": True,
         "agent_id": agent_id,
@@ -72,6 +78,10 @@ def _report(done: dict[str, Any], agent_id: str) -> dict[str, Any]:
         "offset": done["offset"],
         "unreachable": done["unreachable"],
     }
+
+
+def _refs(payload: dict[str, Any]) -> list[str]:
+    return [f"mem:{i}" for i in payload["memory_ids"]] + [f"ep:{i}" for i in payload["episode_ids"]]
 
 
 async def erase_memory(engine: Engine, caller: Caller, args: EraseMemoryArgs) -> dict[str, Any]:
@@ -89,7 +99,7 @@ async def erase_memory(engine: Engine, caller: Caller, args: EraseMemoryArgs) ->
     else:
         kind, ident = "mem", int(args.memory_id or 0)
     cmd = c.EraseMemory(**envelope(caller, args, args.agent_id), kind=kind, record_id=ident, reason=args.reason)
-    return _report(await engine.erase(cmd), args.agent_id)
+    return await _report(await engine.erase(cmd), args.agent_id)
 
 
 async def erase_agent_data(engine: Engine, caller: Caller, args: EraseAgentArgs) -> dict[str, Any]:
@@ -98,7 +108,7 @@ async def erase_agent_data(engine: Engine, caller: Caller, args: EraseAgentArgs)
     if not args.reason.strip():
         return {"ok": False, "error": "reason is required"}
     cmd = c.EraseAgentData(**envelope(caller, args, args.agent_id), reason=args.reason, source=args.source)
-    return _report(await engine.erase(cmd), args.agent_id)
+    return await _report(await engine.erase(cmd), args.agent_id)
 
 
 for _tool in (

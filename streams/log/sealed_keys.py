@@ -19,6 +19,7 @@ import orjson
 
 from memstream.streams.keys.port import KEY_ID_BYTES
 from memstream.streams.log.sealing import _HEAD, _LEN, AGENT_SCOPE, ERASURE_TYPES, MAGIC, scope_of
+from memstream.streams.release import release_later
 
 
 def sealed_binding(value: bytes) -> tuple[bytes, str, str] | None:
@@ -70,11 +71,21 @@ def clear_content(rec: dict[str, Any]) -> tuple[str, str | None] | None:
 
 @dataclass(slots=True)
 class Named:
-    """What one erasure names in its partition: the key ids sealing its data (each once), and
-    how many clear records of its data (written before sealing) each topic holds."""
+    """What one erasure names in its partition: the key ids sealing its data, by scope (as the
+    map held them), and how many clear records of its data (written before sealing) each topic
+    holds."""
 
-    keys: list[bytes]
+    scopes: dict[str, dict[bytes, None]]
     clear: dict[str, int]
+
+    def key_ids(self) -> list[bytes]:
+        """The key ids, each once: a pass over all of them (100k for a large agent), which the
+        worker makes on a thread, not on the decider's loop that folded the erasure."""
+        return [k for ids in self.scopes.values() for k in ids]
+
+    @property
+    def keys(self) -> list[bytes]:
+        return self.key_ids()
 
 
 class KeyScopes:
@@ -139,17 +150,22 @@ class KeyScopes:
         # Its keys leave the map (they are destroyed at its completion, and a later write of the
         # same data is sealed under a new key); the clear records stay in the topics, so a later
         # erasure of the same data names them again, as a read of the records would.
+        # Folded on the decider's loop, which every other write waits for: what leaves the map
+        # is moved, not copied (an agent's 100k scopes are one dict taken whole), and freed on
+        # the release thread once the erasure is completed (streams/release.py).
         keys = self._keys.get(agent, {})
-        taken = list(keys) if scopes is None else [s for s in scopes if s in keys]
-        ids = [k for scope in taken for k in keys.pop(scope)]
-        if not keys:
-            self._keys.pop(agent, None)
+        if scopes is None:
+            taken = self._keys.pop(agent, {})
+        else:
+            taken = {s: keys.pop(s) for s in scopes if s in keys}
+            if not keys:
+                self._keys.pop(agent, None)
         clear: dict[str, int] = {}
         for scope, counts in self._clear.get(agent, {}).items():
             if scope is None or scopes is None or scope in scopes:
                 for topic, n in counts.items():
                     clear[topic] = clear.get(topic, 0) + n
-        self._erasures[offset] = Named(ids, clear)
+        self._erasures[offset] = Named(taken, clear)
 
     def named(self, offset: int) -> Named | None:
         """What the erasure at ``offset`` names; None when no erasure at ``offset`` was folded
@@ -159,8 +175,10 @@ class KeyScopes:
     def completed(self, through: int) -> None:
         """Forget what the erasures up to ``through`` named (completed: their keys are destroyed)."""
         for offset in [o for o in self._erasures if o <= through]:
-            del self._erasures[offset]
+            self.completed_one(offset)
 
     def completed_one(self, offset: int) -> None:
         """Forget what the erasure at ``offset`` named (completed)."""
-        self._erasures.pop(offset, None)
+        named = self._erasures.pop(offset, None)
+        if named is not None:
+            release_later(named.scopes)

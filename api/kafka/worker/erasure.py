@@ -122,7 +122,7 @@ async def destroy_keys(
     scopes = ev["payload"].get("scopes")
     named = await worker.named_by(partition, offset)
     if named is not None:  # the decider's key map names them: nothing to read
-        ids, left = named.keys, unreachable(named.clear, partition)
+        ids, left = await asyncio.to_thread(named.key_ids), unreachable(named.clear, partition)
         if steps is not None:
             steps.done("named")
     else:
