@@ -29,6 +29,7 @@ os.environ.setdefault("MEMSTREAM_MASTER_KEY", base64.b64encode(os.urandom(32)).d
 import argparse
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -79,12 +80,14 @@ async def fill(port: int, clients: int, total: int) -> dict[str, Any]:
 
 
 class Steady:
-    """One agent storing at a fixed rate; latencies tagged with the phase they were issued in."""
+    """One agent storing at a fixed rate; latencies tagged with the phase they were issued in,
+    and with when they were issued (to cut the "before" phase into windows as long as the erase)."""
 
     def __init__(self, port: int, agent: str, rate: float) -> None:
         self.port, self.agent, self.interval = port, agent, 1.0 / rate
         self.phase = "before"
         self.lat: dict[str, list[float]] = {"before": [], "during": []}
+        self.issued: dict[str, list[float]] = {"before": [], "during": []}
         self.errors = 0
         self.stop = asyncio.Event()
 
@@ -99,6 +102,7 @@ class Steady:
             t = time.perf_counter()
             status, raw = await conn.post("/v1/tools/store", body)
             self.lat[phase].append(time.perf_counter() - t)
+            self.issued[phase].append(t)
             if status != 200 or orjson.loads(raw).get("result") != "stored":
                 self.errors += 1
             i += 1
@@ -113,6 +117,92 @@ class Steady:
                 out[phase] = {"stores": len(lat), "p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99)}
                 out[phase]["max_ms"] = pct(lat, 1)
         return out
+
+    def windows(self, length_s: float) -> list[float]:
+        """The longest store of each window of ``length_s`` the "before" phase holds whole."""
+        issued, lat = self.issued["before"], self.lat["before"]
+        if not issued or length_s <= 0:
+            return []
+        start, longest = issued[0], []
+        while start + length_s <= issued[-1]:
+            inside = [x for t, x in zip(issued, lat, strict=True) if start <= t < start + length_s]
+            if inside:
+                longest.append(max(inside))
+            start += length_s
+        return longest
+
+
+def baseline(steady: list[Steady], erase_s: float) -> dict[str, Any]:
+    """The erase's window against windows as long without one (the "before" phase, after the
+    worker settled): the longest store in each, all agents pooled."""
+    longest = sorted(w for s in steady for w in s.windows(erase_s))
+    during = max((x for s in steady for x in s.lat["during"]), default=0.0)
+    if not longest:
+        return {"windows": 0}
+    median = longest[len(longest) // 2]
+    return {
+        "window_s": round(erase_s, 2),
+        "windows": len(longest),
+        "longest_ms_median": round(median * 1000, 2),
+        "longest_ms_max": round(longest[-1] * 1000, 2),
+        "during_longest_ms": round(during * 1000, 2),
+        "during_over_median": round(during / median, 2) if median else None,
+        "during_over_max": round(during / longest[-1], 2) if longest[-1] else None,
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def newest_change(data: Path) -> float:
+    """When a file under the worker's data directory (its checkpoints) last changed; 0 if none."""
+    return max((f.stat().st_mtime for f in data.rglob("*") if f.is_file()), default=0.0)
+
+
+async def settled(pid: int, data: Path, below: float = 0.2, deadline_s: float = 300.0) -> dict[str, float]:
+    """Wait until the worker has written its checkpoints after the fill (no file of its data
+    directory changed for 3 s) and uses less than ``below`` of a core over two seconds in a
+    row, so the "before" phase is not the fill's tail (a 100k partition's checkpoint holds the
+    interpreter lock for seconds)."""
+    started = time.perf_counter()
+    quiet = 0
+    while time.perf_counter() - started < deadline_s:
+        used = cpu_seconds(pid)
+        await asyncio.sleep(1.0)
+        quiet = quiet + 1 if cpu_seconds(pid) - used < below else 0
+        if quiet >= 2 and time.time() - newest_change(data) > 3.0:
+            break
+    return {"seconds": round(time.perf_counter() - started, 1), "quiet": float(quiet >= 2)}
+
+
+async def restart_with_embedder(
+    worker: subprocess.Popen[bytes], start: Any, embedder: str, port: int, *agents: str
+) -> float:
+    """Stop the worker, start it again embedding with ``embedder``, and wait until a store of
+    each of ``agents`` through the router succeeds (the router has learnt the new owner)."""
+    started = time.perf_counter()
+    worker.terminate()
+    worker.wait(timeout=120)
+    start({"MEMSTREAM_EMBEDDER": embedder})
+    deadline = time.monotonic() + 600
+    for agent in agents:
+        while True:
+            try:
+                conn = Conn("127.0.0.1", port)
+                await conn.open()
+                body = orjson.dumps({"agent_id": agent, "content": "the first note after the restart"})
+                status, raw = await conn.post("/v1/tools/store", body)
+                await conn.close()
+                if status == 200 and orjson.loads(raw).get("result") == "stored":
+                    break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("the worker did not come back with its embedder")
+            await asyncio.sleep(0.5)
+    return round(time.perf_counter() - started, 1)
 
 
 def steps_logged(path: Path) -> dict[str, float]:
@@ -155,18 +245,32 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     procs = Procs()
     port = free_port()
     same, elsewhere = other_agents(args.partitions)
-    log_path = Path(tempfile.mkdtemp(prefix="memstream-bench-erase-")) / "worker.log"
+    scratch = Path(tempfile.mkdtemp(prefix="memstream-bench-erase-"))
+    log_path, data = scratch / "worker.log", scratch / "data"
     worker_log = open(log_path, "wb")  # noqa: SIM115 (closed once the worker has stopped)
     out: dict[str, Any] = {"memories": args.memories, "partitions": args.partitions, "workers": 1}
     out["label"], out["pythonpath"] = args.label, args.pythonpath
     try:
         # the worker logs each erasure's steps at INFO (api/kafka/worker/erasure.py, ``Steps``)
         cli = [*CLI[:-1], "INFO"]
-        worker = subprocess.Popen([*cli, "worker", *kafka_args], env=env, stdout=worker_log, stderr=worker_log)
-        procs.procs.append(worker)
+        worker_env = {**env, "MEMSTREAM_DATA_DIR": str(data)}  # its checkpoints, removed after the run
+
+        def start_worker(extra: dict[str, str]) -> subprocess.Popen[bytes]:
+            run = subprocess.Popen([*cli, "worker", *kafka_args], env={**worker_env, **extra}, stdout=worker_log,
+                                   stderr=worker_log)  # fmt: skip
+            procs.procs.append(run)
+            return run
+
+        worker = start_worker({})
         procs.start([*CLI, "serve", *kafka_args, "--port", str(port)], env)
         await wait_ready(port, "/health", lambda b: b.get("partitions_with_owner") == args.partitions)
         out["fill"] = await fill(port, args.clients, args.memories)
+        if args.embedder != "none":
+            # Filled without embedding (100k embeddings would take most of an hour here), then
+            # the worker is started again with the embedder: the other agents' stores embed.
+            out["restart_s"] = await restart_with_embedder(worker, start_worker, args.embedder, port, same, elsewhere)
+            worker = procs.procs[-1]
+        out["settle"] = await settled(worker.pid, data)
         steady = [Steady(port, same, args.rate), Steady(port, elsewhere, args.rate)]
         tasks = [asyncio.create_task(s.run()) for s in steady]
         await asyncio.sleep(args.before_s)
@@ -194,6 +298,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "error": answer.get("error"),
         }
         out["other_agents"] = {"same_partition": steady[0].report(), "other_partition": steady[1].report()}
+        out["other_agents"]["against_before"] = baseline(steady, erase_s)
         out["erase"]["worker_steps"] = steps_logged(log_path)
         out["scan"] = await scan_cost(prefix, args.partitions, int(answer.get("offset") or 0))
         return out
@@ -201,6 +306,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         procs.stop()
         await drop_topics(prefix)
         worker_log.close()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def main() -> None:
@@ -208,8 +314,10 @@ def main() -> None:
     ap.add_argument("--memories", type=int, default=20_000)
     ap.add_argument("--clients", type=int, default=16, help="concurrent stores while filling")
     ap.add_argument("--rate", type=float, default=20.0, help="stores/s of each other agent")
-    ap.add_argument("--before-s", type=float, default=5.0, help="seconds of steady stores before the erase")
+    ap.add_argument("--before-s", type=float, default=20.0, help="seconds of steady stores before the erase")
     ap.add_argument("--partitions", type=int, default=16)
+    ap.add_argument("--embedder", default="none", help="the worker's embedder for the other agents' stores (the "
+                    "fill runs without one; the worker is restarted with it), e.g. default")  # fmt: skip
     ap.add_argument("--pythonpath", default="", help="PYTHONPATH of the worker and router (a before tree)")
     ap.add_argument("--label", default="", help="what this run measures (kept in the results)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kafka_erasure.json")
@@ -217,7 +325,8 @@ def main() -> None:
     report = {
         "command": "python bench/kafka_erasure.py " + " ".join(sys.argv[1:]),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "embedding": "excluded (MEMSTREAM_EMBEDDER=none)",
+        "embedding": "excluded (MEMSTREAM_EMBEDDER=none)" if args.embedder == "none" else
+                     f"the other agents' stores: {args.embedder} (the fill: none)",
         "loadavg_start": list(os.getloadavg()),
         **asyncio.run(run(args)),
         "loadavg_end": list(os.getloadavg()),
