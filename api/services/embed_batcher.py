@@ -4,7 +4,8 @@ at about twice its one-by-one rate (docs/embedding.md, "Micro-batching")."""
 from __future__ import annotations
 
 import asyncio
-import functools
+import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -17,14 +18,26 @@ RunBlocking = Callable[[Callable[[], np.ndarray]], Awaitable[np.ndarray]]
 @dataclass(slots=True)
 class _Request:
     texts: list[str]
+    queued: float  # when it arrived (the batcher's clock)
     done: asyncio.Future[np.ndarray] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+@dataclass(eq=False, slots=True)
+class _Run:
+    """One stretch of model work, from a request finding the model idle until the queue is empty."""
+
+    loop: asyncio.AbstractEventLoop
 
 
 class EmbedBatcher:
     """Requests that arrive while a model call runs wait for it to end and then go together in
     the next call, up to ``max_texts`` texts (a larger request goes alone). A request that finds
     the model idle is embedded at once: a lone caller waits for nothing but its own call.
-    ``max_wait_s`` > 0 makes an idle model wait that long for company before a call."""
+    ``max_wait_s`` > 0 makes an idle model wait that long for company before a call.
+
+    The thread that ran a call takes the next batch itself and posts each call's results to the
+    event loop: a loop busy elsewhere (a fan-out to many subscribers, parsing requests) delays
+    the callers' answers, never the model's next call."""
 
     def __init__(
         self,
@@ -34,6 +47,7 @@ class EmbedBatcher:
         max_texts: int = 64,
         max_wait_s: float = 0.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if max_texts < 1:
             raise ValueError("max_texts must be at least 1")
@@ -42,58 +56,126 @@ class EmbedBatcher:
         self.max_texts = max_texts
         self.max_wait_s = max_wait_s
         self._sleep = sleep  # the wait for company (a test drives it without the clock)
+        self._clock = clock
+        # The queue is shared by the loop (which appends) and the model's thread (which takes):
+        # ``_current`` is the run under way, which takes what is queued before it ends; a run
+        # that is no longer current (its loop closed) takes nothing more.
+        self._lock = threading.Lock()
         self._queue: list[_Request] = []
-        self._drainer: asyncio.Task[None] | None = None
+        self._current: _Run | None = None
+        self._starter: asyncio.Task[None] | None = None
         self.calls = 0  # model calls made
         self.texts = 0  # texts embedded
+        self.busy_s = 0.0  # time inside model calls
+        # Time the model sat idle while a request waited for it: from the later of the oldest
+        # waiting request's arrival and the previous call's end, to the next call's start.
+        self.idle_waiting_s = 0.0
+        self._last_end = float("-inf")
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """The vectors of ``texts``, one row each, in order."""
-        request = _Request(list(texts))
-        if not request.texts:
+        if not texts:
             return np.zeros((0, 0), dtype=np.float32)
-        self._queue.append(request)
-        if self._drainer is None or self._drainer.done():
-            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+        request = _Request(list(texts), self._clock())
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._queue.append(request)
+            run = None if self._current is not None else _Run(loop)
+            if run is not None:
+                self._current = run
+        if run is not None:
+            self._starter = loop.create_task(self._run(run))  # held: the loop keeps only a weak reference
         return await request.done
 
-    async def _drain(self) -> None:
-        while self._queue:
-            self._queue = [r for r in self._queue if not r.done.done()]  # callers that gave up
-            if not self._queue:
-                break
-            if self.max_wait_s > 0 and self._size(self._queue) < self.max_texts:
-                await self._sleep(self.max_wait_s)
-            batch = self._take()
-            texts = [t for r in batch for t in r.texts]
-            try:
-                vectors = await self._run_blocking(functools.partial(self._embed, texts))
-            except asyncio.CancelledError:  # the loop is closing: so are the waiters
-                for r in batch:
+    async def _run(self, run: _Run) -> None:
+        """Start the model on what is queued; its thread goes on until the queue is empty."""
+        first: list[_Request] = []
+        try:
+            if self.max_wait_s > 0:
+                with self._lock:
+                    lonely = self._size(self._queue) < self.max_texts
+                if lonely:
+                    await self._sleep(self.max_wait_s)
+            batch = self._take(run)
+            if batch is None:
+                return
+            first = batch
+            await self._run_blocking(lambda: self._work(run, first))
+        except BaseException as exc:  # the loop is closing, or the model could not be started
+            waiting = self._end(run)
+            for r in (*first, *waiting):
+                if r.done.done():
+                    continue
+                if isinstance(exc, Exception):  # every waiter learns why it was not embedded
+                    r.done.set_exception(exc)
+                else:
                     r.done.cancel()
+            if not isinstance(exc, Exception):
                 raise
-            except Exception as exc:  # every waiter learns why its texts were not embedded
-                for r in batch:
-                    if not r.done.done():
-                        r.done.set_exception(exc)
-                continue
-            self.calls += 1
-            self.texts += len(texts)
-            start = 0
-            for r in batch:
-                end = start + len(r.texts)
-                if not r.done.done():
-                    r.done.set_result(vectors[start:end])
-                start = end
 
-    def _take(self) -> list[_Request]:
-        """The oldest requests that fit in one call (at least one, whatever its size)."""
-        batch = [self._queue.pop(0)]
-        size = len(batch[0].texts)
-        while self._queue and size + len(self._queue[0].texts) <= self.max_texts:
-            size += len(self._queue[0].texts)
-            batch.append(self._queue.pop(0))
-        return batch
+    def _work(self, run: _Run, batch: list[_Request]) -> np.ndarray:
+        """On the model's thread: embed ``batch``, then each batch queued meanwhile, until none
+        is. The result is not used: the answers go through the loop."""
+        next_batch: list[_Request] | None = batch
+        while next_batch is not None:
+            texts = [t for r in next_batch for t in r.texts]
+            start = self._clock()
+            self.idle_waiting_s += max(0.0, start - max(next_batch[0].queued, self._last_end))
+            outcome: np.ndarray | Exception
+            try:
+                outcome = self._embed(texts)
+            except Exception as exc:  # every waiter learns why its texts were not embedded
+                outcome = exc
+            self._last_end = self._clock()
+            self.busy_s += self._last_end - start
+            if not isinstance(outcome, Exception):
+                self.calls += 1
+                self.texts += len(texts)
+            try:
+                run.loop.call_soon_threadsafe(self._answer, next_batch, outcome)
+            except RuntimeError:  # its loop closed without stopping the run: nobody is left to answer
+                self._end(run)
+            next_batch = self._take(run)
+        return np.zeros((0, 0), dtype=np.float32)
+
+    @staticmethod
+    def _answer(batch: list[_Request], outcome: np.ndarray | Exception) -> None:
+        """On the loop: each waiter of ``batch`` gets its rows (or the call's failure)."""
+        start = 0
+        for r in batch:
+            end = start + len(r.texts)
+            if not r.done.done():  # not a caller that gave up
+                if isinstance(outcome, Exception):
+                    r.done.set_exception(outcome)
+                else:
+                    r.done.set_result(outcome[start:end])
+            start = end
+
+    def _take(self, run: _Run) -> list[_Request] | None:
+        """The oldest requests that fit in one call (at least one, whatever its size), skipping
+        callers that gave up; None when ``run`` is over: nothing is left, or its loop closed."""
+        with self._lock:
+            if self._current is not run:  # the queue, if any, is a newer run's
+                return None
+            self._queue = [r for r in self._queue if not r.done.done()]
+            if not self._queue:
+                self._current = None
+                return None
+            batch = [self._queue.pop(0)]
+            size = len(batch[0].texts)
+            while self._queue and size + len(self._queue[0].texts) <= self.max_texts:
+                size += len(self._queue[0].texts)
+                batch.append(self._queue.pop(0))
+            return batch
+
+    def _end(self, run: _Run) -> list[_Request]:
+        """Stop ``run`` early; what it had yet to take (nothing if it was over already)."""
+        with self._lock:
+            if self._current is not run:
+                return []
+            self._current = None
+            waiting, self._queue = self._queue, []
+            return waiting
 
     @staticmethod
     def _size(queue: Sequence[_Request]) -> int:

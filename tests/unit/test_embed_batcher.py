@@ -4,7 +4,9 @@ share its next call; a lone request never waits; every caller gets exactly its o
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +24,13 @@ class GatedModel:
     """A model whose calls are recorded and, while ``gate`` is closed, do not finish: what the
     event loop sees of a slow model call running on a thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, pool: ThreadPoolExecutor | None = None) -> None:
         self.inner = HashEmbedder()
         self.batches: list[list[str]] = []
         self.gate = asyncio.Event()
         self.gate.set()
         self.fail_next: Exception | None = None
+        self.pool = pool  # calls run on its thread (else on the loop's, as soon as the gate opens)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         self.batches.append(list(texts))
@@ -38,6 +41,8 @@ class GatedModel:
 
     async def run_blocking(self, call: Callable[[], np.ndarray]) -> np.ndarray:
         await self.gate.wait()
+        if self.pool is not None:
+            return await asyncio.get_running_loop().run_in_executor(self.pool, call)
         return call()
 
 
@@ -148,13 +153,17 @@ async def test_no_texts_make_no_call() -> None:
     requests=st.lists(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=6), min_size=1, max_size=20),
     held=st.lists(st.booleans(), min_size=20, max_size=20),
     max_texts=st.integers(min_value=1, max_value=8),
+    threaded=st.booleans(),
 )
-def test_every_caller_gets_exactly_its_own_vectors(requests: list[list[str]], held: list[bool], max_texts: int) -> None:
+def test_every_caller_gets_exactly_its_own_vectors(
+    requests: list[list[str]], held: list[bool], max_texts: int, threaded: bool
+) -> None:
     """Whatever the sizes and the interleaving (``held``: the model is busy when that request
-    arrives), answers are each caller's own, in order, and calls respect ``max_texts``."""
+    arrives), answers are each caller's own, in order, and calls respect ``max_texts``; with
+    the model on a thread of its own too (``threaded``)."""
 
     async def scenario() -> None:
-        model = GatedModel()
+        model = GatedModel(POOL if threaded else None)
         batcher = EmbedBatcher(model.embed, model.run_blocking, max_texts=max_texts)
         tasks = []
         for texts, busy in zip(requests, held, strict=False):
@@ -188,3 +197,94 @@ async def test_concurrent_embeds_through_embedders_share_model_calls() -> None:
             assert np.array_equal(emb.vector(), expected([text])[0])
     finally:
         embedders.close()
+
+
+POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-embed-batcher")
+
+
+class ThreadedModel:
+    """A model on a real thread: each call says it started, and the first holds until released."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.started = [threading.Event() for _ in range(4)]
+        self.release_first = threading.Event()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        n = len(self.batches)
+        self.batches.append(list(texts))
+        self.started[n].set()
+        if n == 0:
+            self.release_first.wait(10)
+        return HashEmbedder().embed(texts)
+
+
+async def test_the_model_starts_its_next_call_while_the_loop_is_busy() -> None:
+    """A loop held elsewhere (a fan-out to many subscribers, say) does not keep the model idle:
+    the thread that ran a call takes the queued batch itself; the answers wait for the loop."""
+    model = ThreadedModel()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        loop = asyncio.get_running_loop()
+        batcher = EmbedBatcher(model.embed, lambda call: loop.run_in_executor(pool, call))
+        first = asyncio.create_task(batcher.embed(["first"]))
+        assert await asyncio.to_thread(model.started[0].wait, 10)
+        second = asyncio.create_task(batcher.embed(["second", "third"]))
+        await asyncio.sleep(0)  # queued while the first call runs
+        model.release_first.set()
+        # The loop is held right here, by this blocking wait.
+        second_call_started = model.started[1].wait(10)
+        assert second_call_started, "the second call waited for the loop"
+        assert np.array_equal(await first, expected(["first"]))
+        assert np.array_equal(await second, expected(["second", "third"]))
+    assert model.batches == [["first"], ["second", "third"]]
+
+
+def test_a_loop_closing_mid_call_ends_the_run_and_a_later_loop_starts_afresh() -> None:
+    """A loop that closes while the model runs cancels the queued callers, and the model's
+    thread takes nothing more; the batcher then serves the next loop as new."""
+    model = ThreadedModel()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        batcher = EmbedBatcher(model.embed, lambda call: asyncio.get_running_loop().run_in_executor(pool, call))
+        cancelled: list[bool] = []
+
+        async def closing() -> None:
+            first = asyncio.create_task(batcher.embed(["first"]))
+            assert await asyncio.to_thread(model.started[0].wait, 10)
+            queued = asyncio.create_task(batcher.embed(["queued"]))
+            await asyncio.sleep(0)
+            first.add_done_callback(lambda t: cancelled.append(t.cancelled()))
+            queued.add_done_callback(lambda t: cancelled.append(t.cancelled()))
+            # returning closes the loop: asyncio.run cancels what is still running
+
+        asyncio.run(closing())
+        assert cancelled == [True, True]
+        model.release_first.set()
+        out = asyncio.run(batcher.embed(["again"]))
+    assert np.array_equal(out, expected(["again"]))
+    assert model.batches == [["first"], ["again"]]
+
+
+async def test_the_model_s_idle_time_counts_only_while_a_request_waits() -> None:
+    """``idle_waiting_s``: from a request's arrival (or the previous call's end, if later) to the
+    call that takes it; ``busy_s``: inside calls. On an injected clock each call takes 2."""
+    now = [1.0]
+    model = GatedModel()
+
+    def embed(texts: list[str]) -> np.ndarray:
+        now[0] += 2
+        return model.embed(texts)
+
+    batcher = EmbedBatcher(embed, model.run_blocking, clock=lambda: now[0])
+    model.gate.clear()
+    early = asyncio.create_task(batcher.embed(["early"]))  # arrives at 1
+    await asyncio.sleep(0)
+    now[0] = 2.0
+    during = asyncio.create_task(batcher.embed(["during"]))  # arrives at 2; the first call starts at 3
+    await asyncio.sleep(0)
+    now[0] = 3.0
+    model.gate.set()
+    await asyncio.gather(early, during)  # calls 3-5 (2 idle) and 5-7 (none: it followed at once)
+    now[0] = 10.0
+    await batcher.embed(["alone"])  # the model was free: it starts at once (10-12)
+    assert (batcher.idle_waiting_s, batcher.busy_s) == (2.0, 6.0)
+    assert model.batches == [["early"], ["during"], ["alone"]]
