@@ -42,6 +42,7 @@ from memstream.api.services.engine import EmbeddedEngine  # noqa: E402
 from memstream.api.services.settings import load_settings  # noqa: E402
 from memstream.api.tools.dispatch import dispatch  # noqa: E402
 from memstream.api.tools.registry import Caller  # noqa: E402
+from memstream.streams.commands import EraseAgentData  # noqa: E402
 
 CALLER = Caller(client_id="bench")
 WORDS = [
@@ -184,14 +185,17 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int, baseline_
                 i += 1
                 await asyncio.sleep(0.005)
 
+        commits = time_writer_commits(eng)
         writer = asyncio.create_task(other_writer())
         # The other agent's stores before the erase, in the same run: the baseline of "during".
         await asyncio.sleep(baseline_s)
         baseline = list(latencies)
         latencies.clear()
         t0 = time.perf_counter()
+        commits.clear()
         out = await dispatch(eng, CALLER, "erase_agent_data", {"agent_id": "big", "reason": "benchmark"})
         erase_s = time.perf_counter() - t0
+        others = [ms for ms, erasing in commits if not erasing]
         during = list(latencies)
         done.set()
         await writer
@@ -213,9 +217,34 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int, baseline_
                 "max": round(max(during), 2) if during else None,
                 "n": len(during),
             },
+            # What every write queued behind it waits for: the writer thread's commit of the erasure
+            # (deciding it, folding it into the decision state, appending it), and of the others.
+            "writer_erasure_commit_ms": [round(ms, 2) for ms, erasing in commits if erasing],
+            "writer_other_commits_ms_during": {
+                "p50": round(pct(others, 50), 2),
+                "max": round(max(others), 2) if others else None,
+                "n": len(others),
+            },
         }
     finally:
         await eng.close()
+
+
+def time_writer_commits(eng: EmbeddedEngine) -> list[tuple[float, bool]]:
+    """(ms, whether it held an erase_agent_data) of each of the bus's commits on its writer thread."""
+    bus = eng.bus
+    commit = bus._commit
+    out: list[tuple[float, bool]] = []
+
+    def timed(items: list[Any]) -> list[Any]:
+        t = time.perf_counter()
+        try:
+            return commit(items)
+        finally:
+            out.append(((time.perf_counter() - t) * 1000, any(isinstance(i, EraseAgentData) for i in items)))
+
+    bus._commit = timed  # type: ignore[method-assign]
+    return out
 
 
 @contextmanager
@@ -224,8 +253,9 @@ def erase_path(variant: str, changes: str = "vectors") -> Iterator[None]:
     removing an erased agent's rows one at a time (``_forget`` per row; its graphs are dropped
     first either way, so this "before" is a little faster than the code before that change);
     ``checkpoint``, the decision snapshot built on the writer thread; ``ewait``, both; ``kmig``,
-    the four changes before those; ``eemb``, the four after them (``_before_eemb``). ``now``:
-    as it is."""
+    the four changes before those; ``eemb``, the four after them (``_before_eemb``);
+    ``writer``, the erasure's step on the writer thread with its Python passes over the agent's
+    records (``_before_writer``). ``now``: as it is."""
     if variant == "now":
         yield
         return
@@ -235,6 +265,10 @@ def erase_path(variant: str, changes: str = "vectors") -> Iterator[None]:
         return
     if changes == "eemb":
         with _before_eemb():
+            yield
+        return
+    if changes == "writer":
+        with _before_writer():
             yield
         return
     with ExitStack() as undone:
@@ -316,6 +350,65 @@ def _before_eemb() -> Iterator[None]:
     finally:
         sealing.release_later, facts.release_later, sqlite_keys.SqliteKeyStore.take, sqlite_keys.DESTROY_CHUNK = kept  # type: ignore[method-assign]
         erasure_service.collector_paused, erasure_service.short_switches = paused, switches
+
+
+@contextmanager
+def _before_writer() -> Iterator[None]:
+    """The erasure's step on the writer thread as it was before (``--ab-of writer``): the
+    decider finding the locks it overrides by reading every memory's facts; the decision state
+    forgetting all of an agent's memories by filtering each index in Python; the agent's command
+    memos scanned for reports to redact whether it declared anything or not; the sealer dropping
+    its opening keys one by one in Python."""
+    from memstream.streams.decision import dispatch
+    from memstream.streams.decision.facts import AgentDecisionState
+    from memstream.streams.decision.state import DecisionState
+    from memstream.streams.log.sealing import Sealer
+    from memstream.streams.release import release_later
+
+    decide_now, erase_now, forget_now = dispatch.decide_erase_agent, DecisionState._erase, Sealer.forget
+    forget_memories_now = AgentDecisionState.forget_memories
+
+    def decide_by_scan(state: Any, st: AgentDecisionState, cmd: Any, ctx: Any) -> Any:
+        ids = sorted(st.memories)
+        sorted(mid for mid in ids if st.memories[mid].locked)  # what the payload's locks cost then
+        return decide_now(state, st, cmd, ctx)
+
+    def forget_memories_filtered(self: AgentDecisionState, memory_ids: list[int]) -> None:
+        gone = set(memory_ids)
+        if 2 * len(gone) <= len(self.memories):
+            for mid in memory_ids:
+                self.forget_memory(mid)
+            return
+        old = (self.memories, self.by_msg, self.by_content)
+        self.memories = {mid: f for mid, f in self.memories.items() if mid not in gone}
+        self.by_msg = {k: mid for k, mid in self.by_msg.items() if mid not in gone}
+        self.by_content = {k: mid for k, mid in self.by_content.items() if mid not in gone}
+        self.locked -= gone
+        release_later(*old)
+
+    def erase_redacting_always(st: AgentDecisionState, p: dict[str, Any]) -> None:
+        if p.get("agent_scope"):
+            st.redact_reports()
+        erase_now(st, p)
+
+    def forget_one_by_one(self: Sealer, agent: str, scopes: list[str] | None = None) -> None:
+        with self._lock:  # the Python loop of then; what is left for forget_now is then the same
+            current = self._current.get(agent, {})
+            for key_id, _ in current.values() if scopes is None else [current[s] for s in scopes if s in current]:
+                self._open.pop(key_id, None)
+        forget_now(self, agent, scopes)
+
+    dispatch.decide_erase_agent = decide_by_scan
+    AgentDecisionState.forget_memories = forget_memories_filtered  # type: ignore[method-assign]
+    DecisionState._erase = staticmethod(erase_redacting_always)  # type: ignore[method-assign,assignment]
+    Sealer.forget = forget_one_by_one  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        dispatch.decide_erase_agent = decide_now
+        AgentDecisionState.forget_memories = forget_memories_now  # type: ignore[method-assign]
+        DecisionState._erase = staticmethod(erase_now)  # type: ignore[method-assign,assignment]
+        Sealer.forget = forget_now  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -422,13 +515,14 @@ async def main() -> None:
     )
     ap.add_argument(
         "--ab-of",
-        choices=("vectors", "checkpoint", "ewait", "kmig", "eemb"),
+        choices=("vectors", "checkpoint", "ewait", "kmig", "eemb", "writer"),
         default="vectors",
         help="With --ab: which change 'before' undoes: the vector read model's bulk drop of an erased "
         "agent's rows (vectors), the decision snapshot built off the writer thread (checkpoint), "
         "both (ewait), the four earlier ones (kmig: lexical, decision state, key store, sealer), or the four "
         "after them (eemb: dropped structures freed in slices off the writer, the key pool's own lock, the "
-        "collector paused and a short switch interval during the erasure).",
+        "collector paused and a short switch interval during the erasure), or the passes over the agent's "
+        "records its step on the writer thread made (writer).",
     )
     ap.add_argument("--ab-rounds", type=int, default=1, help="With --ab: rounds, the order alternating by round.")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "erasure.json")
