@@ -87,9 +87,9 @@ class AgentIndex:
         post, df = self.post, self.df
         counts = Counter(toks)
         for t, c in counts.items():
-            p = post.get(t)
+            p = post.own(t)  # the dict's own get (the hot loop); a loaded term is unpacked below
             if p is None:
-                p = post.unpack(t)  # a term a checkpoint loaded: its postings unpacked now
+                p = post.unpack(t)
             if p is None:
                 p = post[intern(t)] = (array("i"), array("i"))  # interned: the keyword grams share the string
                 df[t] = 1

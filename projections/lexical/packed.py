@@ -8,9 +8,10 @@ base becomes the dict's own, copied out of the CSR, when it is first read or wri
 
 from __future__ import annotations
 
+from _collections_abc import dict_items, dict_keys, dict_values
 from array import array
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -26,8 +27,10 @@ def _unpack(flat: np.ndarray, a: int, b: int) -> array:
 class Packed(dict[str, V], Generic[V]):
     """The unpacked entries (the dict itself) over a CSR base: ``base`` maps a key not unpacked
     yet to its row of ``ptr``, whose columns are ``cols``. A key is in exactly one of the two.
-    ``len``, ``in`` and iteration cover only the unpacked part: use ``count``, ``holds`` and
-    ``keys_all`` for the whole."""
+    As a mapping it is the whole: ``get``, ``[]``, ``in``, ``len`` and iteration see the base
+    (``get`` and ``[]`` unpack the key; ``items``, ``keys`` and ``values`` unpack everything).
+    ``own`` is the plain dict's ``get``, at C speed, for the fold's hot loop, which unpacks
+    itself on a miss."""
 
     __slots__ = ("base", "cols", "ptr")
 
@@ -38,8 +41,8 @@ class Packed(dict[str, V], Generic[V]):
         self.cols: tuple[np.ndarray, ...] = ()
 
     def pack(self, keys: list[str], ptr: np.ndarray, cols: tuple[np.ndarray, ...]) -> None:
-        """Make the base ``keys`` (row ``i`` of ``ptr`` over ``cols``); the dict must be empty."""
-        if self:
+        """Make the base ``keys`` (row ``i`` of ``ptr`` over ``cols``); the mapping must be empty."""
+        if len(self):
             raise ValueError("packed postings go under an empty mapping")
         self.base = dict(zip(keys, range(len(keys)), strict=True))
         if len(self.base) != len(keys):
@@ -61,6 +64,40 @@ class Packed(dict[str, V], Generic[V]):
         value = self[key] = self._value(row)
         return value
 
+    own = dict.get
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = dict.get(self, key)
+        if value is None:
+            value = self.unpack(key)
+        return default if value is None else value
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or key in self.base
+
+    def __len__(self) -> int:
+        return dict.__len__(self) + len(self.base)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from dict.__iter__(self)
+        yield from self.base
+
+    def items(self) -> dict_items[str, V]:
+        self.unpack_all()
+        return dict.items(self)
+
+    def keys(self) -> dict_keys[str, V]:
+        self.unpack_all()
+        return dict.keys(self)
+
+    def values(self) -> dict_values[str, V]:
+        self.unpack_all()
+        return dict.values(self)
+
+    def unpacked(self) -> list[str]:
+        """The keys unpacked so far (the rest are ``base``'s)."""
+        return list(dict.__iter__(self))
+
     def __missing__(self, key: str) -> V:
         value = self.unpack(key)
         if value is None:
@@ -75,16 +112,6 @@ class Packed(dict[str, V], Generic[V]):
         for key in list(self.base):
             self.unpack(key)
         self.ptr, self.cols = np.zeros(1, dtype=np.int64), ()
-
-    def count(self) -> int:
-        return len(self) + len(self.base)
-
-    def holds(self, key: str) -> bool:
-        return key in self or key in self.base
-
-    def keys_all(self) -> Iterator[str]:
-        yield from self
-        yield from self.base
 
     def buffers(self, key: str) -> tuple[memoryview | array | np.ndarray, ...]:
         """The columns of ``key`` without unpacking it (views into the base: do not keep them)."""

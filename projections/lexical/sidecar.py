@@ -53,7 +53,7 @@ def _flat(lists: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
 
 def _packed_csr(table: Packed[Any], col: int) -> tuple[list[str], np.ndarray, np.ndarray]:
     """A packed mapping's keys and one column as a CSR, its base copied in bulk (never unpacked)."""
-    keys = list(table)
+    keys = table.unpacked()
     ptr, flat = _flat([table.buffers(k)[col] for k in keys])
     if not table.base:
         return keys, ptr, flat

@@ -57,7 +57,7 @@ class WordIndex:
         grams = grams_of_word(w)
         table = self.grams
         for g in grams:
-            a = table.get(g)
+            a = table.own(g)  # the dict's own get; a loaded gram is unpacked below
             if a is None:
                 a = table.unpack(g)
             if a is None:
@@ -93,8 +93,6 @@ class WordIndex:
         postings = []
         for g in probes:
             a = self.grams.get(g)
-            if a is None:
-                a = self.grams.unpack(g)
             if a is None:
                 return NO_IDS
             postings.append(a)
