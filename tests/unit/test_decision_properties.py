@@ -64,6 +64,10 @@ def _cmd(kind: str, scope: Scope, content: str, msg_id: str | None, ident: int, 
         return c.DeclareStanding(ref=f"mem:{ident}", standing="noise", **base)
     if kind == "verify":
         return c.VerifyMemory(memory_id=ident, **base)
+    if kind == "erase":
+        return c.EraseMemory(kind="mem", record_id=ident, reason="asked", **base)
+    if kind == "erase_agent":
+        return c.EraseAgentData(reason="asked", **base)
     return c.DeleteAgentData(**base)
 
 
@@ -75,6 +79,7 @@ command_specs = st.lists(
             + ["reembed"] * 3
             + ["switch"]
             + ["verify"]
+            + ["erase", "erase_agent"]
         ),
         scopes,
         contents,
@@ -177,6 +182,8 @@ def test_dedup_invariants_hold(specs: list[tuple[Any, ...]]) -> None:
             key = (f.project, f.channel, f.content_key)
             assert key not in seen_content, "two live memories share content in one bucket"
             seen_content.add(key)
+        # the locked ids the fold keeps for erasures (facts.AgentDecisionState.locked)
+        assert st_.locked == {mid for mid, f in st_.memories.items() if f.locked}
 
 
 @settings(max_examples=200, deadline=None)
