@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from sys import intern
 from typing import Any, Final
 
-from memstream.projections.row_dicts import field_names, row_dicts, row_lists
+import orjson
+
+from memstream.projections.row_dicts import field_names, row_dicts
 
 
 def shared(s: str | None) -> str | None:
@@ -71,8 +73,44 @@ class Sources:
         return got
 
 
-# Memory snapshots: 2 holds rows as lists of the fields in this order (1: a dict per row).
-MEMORY_FORMAT = 2
+# Memory snapshots: 3 holds columns (the values many rows repeat as a table and each row's
+# code in it: ``memory_columns``); 2 rows as lists of the fields in this order; 1 a dict per row.
+MEMORY_FORMAT = 3
+# The memory fields written as a table of distinct values and a code per row.
+CODED: Final = ("agent_id", "project_id", "channel", "author", "embedding_model", "source")
+
+
+def _coded(values: list[Any], key: Any = None) -> list[Any]:
+    """``[table, codes]``: the distinct values in order of first use, each row's index in it
+    (equal by ``key(value)`` when given: dicts, compared as their JSON bytes)."""
+    codes: dict[Any, int] = {}
+    table: list[Any] = []
+    out = []
+    for v in values:
+        k = v if key is None else key(v)
+        c = codes.get(k)
+        if c is None:
+            c = codes[k] = len(table)
+            table.append(v)
+        out.append(c)
+    return [table, out]
+
+
+def memory_columns(rows: list[MemoryRow]) -> dict[str, Any]:
+    """The format-3 body: the columns of ``rows`` in order. A restart at 1M memories spent most of
+    this read model's load on a list, 14 values and 5 interned strings per row; columns let the
+    repeated values be made once each and the rows be built by ``map``."""
+    names = field_names(MemoryRow)
+    cols: dict[str, Any] = {n: [getattr(r, n) for r in rows] for n in names if n not in CODED}
+    cols["updated_at"] = [None if u == c else u for u, c in zip(cols["updated_at"], cols["created_at"], strict=True)]
+    cols["metadata"] = [m or None for m in cols["metadata"]]
+    coded = {n: _coded([getattr(r, n) for r in rows]) for n in CODED if n != "source"}
+    coded["source"] = _coded([r.source for r in rows], key=_source_key)
+    return {"format": MEMORY_FORMAT, "fields": names, "columns": cols, "coded": coded}
+
+
+def _source_key(src: dict[str, Any]) -> bytes:
+    return orjson.dumps(src)  # keys in order, 1, 1.0 and true apart: as ``Sources`` tells them apart
 
 
 def _memory_row(raw: dict[str, Any], sources: Sources) -> MemoryRow:
@@ -227,23 +265,87 @@ class MemoriesProjection:
         return [self.rows[i] for i in self.by_agent.get(agent_id, {})]
 
     def to_snapshot(self) -> dict[str, Any]:
-        return {"format": MEMORY_FORMAT, "fields": field_names(MemoryRow), "rows": row_lists(self.rows.values())}
+        return memory_columns(list(self.rows.values()))
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
         self.rows.clear()
         self.by_agent.clear()
         self.sources.table.clear()
         fmt = body.get("format", 1)
-        if fmt == MEMORY_FORMAT and body.get("fields") != field_names(MemoryRow):
+        if fmt in (2, 3) and body.get("fields") != field_names(MemoryRow):
             raise ValueError(f"memory snapshot fields {body.get('fields')!r} are not this version's")
-        if fmt not in (1, MEMORY_FORMAT):
+        if fmt not in (1, 2, 3):
             raise ValueError(f"memory snapshot format {fmt!r}")
-        make = _memory_row_of if fmt == MEMORY_FORMAT else _memory_row
+        if fmt == 3:
+            self._load_columns(body)
+            return
+        make = _memory_row_of if fmt == 2 else _memory_row
         rows, by_agent, sources = self.rows, self.by_agent, self.sources
         for raw in body["rows"]:
             row = make(raw, sources)
             rows[row.id] = row
             by_agent.setdefault(row.agent_id, {})[row.id] = None
+
+    def _sources(self, coded: list[Any], n: int) -> list[dict[str, Any]]:
+        """Each row's source: one shared dict per distinct one, but a row's own copy of a source
+        with a nested value (``Sources``)."""
+        table, codes = coded
+        if len(codes) != n:
+            raise ValueError(f"memory snapshot sources have {len(codes)} rows, not {n}")
+        made = [self.sources.of(v) for v in table]
+        out = [made[c] for c in codes]
+        if all(isinstance(m, _Shared) for m in made):
+            return out
+        return [m if isinstance(m, _Shared) else self.sources.of(orjson.loads(_source_key(m))) for m in out]
+
+    def _load_columns(self, body: dict[str, Any]) -> None:
+        cols, coded = body["columns"], body["coded"]
+        ids = cols["id"]
+        n = len(ids)
+
+        def column(name: str) -> list[Any]:
+            values = cols[name]
+            if len(values) != n:
+                raise ValueError(f"memory snapshot column {name} has {len(values)} rows, not {n}")
+            return values
+
+        def decoded(name: str, make: Any) -> list[Any]:
+            table, codes = coded[name]
+            if len(codes) != n:
+                raise ValueError(f"memory snapshot column {name} has {len(codes)} rows, not {n}")
+            made = [make(v) for v in table]
+            return [made[c] for c in codes]  # a code past the table raises IndexError
+
+        created = [intern(c) for c in column("created_at")]
+        updated = [c if u is None else intern(u) for c, u in zip(created, column("updated_at"), strict=True)]
+        agents = decoded("agent_id", intern)
+        rows = map(
+            MemoryRow,
+            ids,
+            agents,
+            decoded("project_id", intern),
+            decoded("channel", intern),
+            # the content: the lexical index, loaded from its own snapshot, shares it
+            [intern(c) for c in column("content")],
+            column("msg_id"),
+            self._sources(coded["source"], n),
+            [m or NO_FIELDS for m in column("metadata")],
+            created,
+            updated,
+            column("timestamp"),
+            column("locked"),
+            decoded("author", intern),
+            decoded("embedding_model", shared),
+        )
+        self.rows.update(zip(ids, rows, strict=True))
+        if len(self.rows) != n:
+            raise ValueError("memory snapshot ids repeat")
+        by_agent = self.by_agent
+        for mid, agent in zip(ids, agents, strict=True):
+            ids_of = by_agent.get(agent)
+            if ids_of is None:
+                ids_of = by_agent[agent] = {}
+            ids_of[mid] = None
 
 
 @dataclass

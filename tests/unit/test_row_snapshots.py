@@ -13,7 +13,7 @@ import pytest
 from memstream.projections.history import HistoryProjection, refs_touched
 from memstream.projections.lexical import LexicalProjection
 from memstream.projections.records import MemoriesProjection
-from memstream.projections.row_dicts import row_dicts
+from memstream.projections.row_dicts import row_dicts, row_lists
 from memstream.projections.runner import digest_of
 from memstream.projections.versions import VersionsProjection
 from memstream.streams.decision.state import DecisionState
@@ -77,16 +77,22 @@ def test_versions_and_lexical_key_by_the_same_ref_strings() -> None:
 
 
 def test_snapshots_of_the_previous_layout_still_load() -> None:
-    """Memories and versions snapshots hold rows as lists of named fields (format 2); the
-    previous layout, a dict per row, loads to the same state."""
+    """Memories snapshots hold columns (format 3), versions snapshots rows as lists of named
+    fields (format 2); the previous layouts (memories: lists of named fields, and for both a
+    dict per row) load to the same state."""
     for kind in (MemoriesProjection, VersionsProjection):
         folded = fold(kind(), EVENTS)
         body = folded.to_snapshot()
-        assert body["format"] == 2 and all(isinstance(r, list) for r in body["rows"])
-        old = {"rows": row_dicts(folded.rows[k] for k in sorted(folded.rows))}
-        again = kind()
-        again.load_snapshot(orjson.loads(orjson.dumps(old)))
-        assert again.to_snapshot() == body and digest_of(again) == digest_of(folded)
+        olds = [{"rows": row_dicts(folded.rows[k] for k in sorted(folded.rows))}]
+        if kind is MemoriesProjection:
+            assert body["format"] == 3 and len(body["columns"]["id"]) == len(folded.rows)
+            olds.append({"format": 2, "fields": body["fields"], "rows": row_lists(folded.rows.values())})
+        else:
+            assert body["format"] == 2 and all(isinstance(r, list) for r in body["rows"])
+        for old in olds:
+            again = kind()
+            again.load_snapshot(orjson.loads(orjson.dumps(old)))
+            assert again.to_snapshot() == body and digest_of(again) == digest_of(folded)
 
 
 def test_a_snapshot_naming_other_fields_is_refused() -> None:
@@ -95,7 +101,20 @@ def test_a_snapshot_naming_other_fields_is_refused() -> None:
         with pytest.raises(ValueError):
             kind().load_snapshot({**body, "fields": list(reversed(body["fields"]))})
         with pytest.raises(ValueError):
-            kind().load_snapshot({**body, "format": 3})
+            kind().load_snapshot({**body, "format": 4})
+
+
+def test_a_memory_snapshot_with_inconsistent_columns_is_refused() -> None:
+    body = orjson.loads(orjson.dumps(fold(MemoriesProjection(), EVENTS).to_snapshot()))
+    short = orjson.loads(orjson.dumps(body))
+    short["columns"]["content"].pop()
+    past = orjson.loads(orjson.dumps(body))
+    past["coded"]["author"][1][0] = 7  # a code past its table
+    twice = orjson.loads(orjson.dumps(body))
+    twice["columns"]["id"][1] = twice["columns"]["id"][0]
+    for bad in (short, past, twice):
+        with pytest.raises((ValueError, IndexError)):
+            MemoriesProjection().load_snapshot(bad)
 
 
 def test_after_a_restart_memories_and_the_lexical_index_share_each_text() -> None:
@@ -164,8 +183,9 @@ def test_rows_without_source_or_metadata_share_one_empty_dict_that_refuses_write
         assert p.rows[1].metadata == {}
     assert digest_of(loaded) == digest_of(folded)
     body = orjson.loads(orjson.dumps(folded.to_snapshot()))
-    row = dict(zip(body["fields"], next(r for r in body["rows"] if r[0] == 7), strict=True))
-    assert row["source"] == {} and row["metadata"] == {}  # the snapshot's bytes as before
+    at = body["columns"]["id"].index(7)
+    table, codes = body["coded"]["source"]
+    assert table[codes[at]] == {} and body["columns"]["metadata"][at] is None  # empty: null, not a dict per row
 
 
 def test_rows_with_equal_sources_share_one_dict_that_refuses_writes() -> None:
