@@ -25,7 +25,9 @@ Latency: for each store, from the writer's receipt of its answer (the ack) to a 
 subscriber's receipt of its event (it can be negative: the event may reach a subscriber before
 the answer reaches the writer), and from the moment the store was sent. CPU (/proc, user +
 system): the server's per store, over the writes and, with subscribers, until the sampled
-subscribers have every event; the readers' process per store over the same span; the writers'.
+subscribers have every event, and that split into its main thread (the event loop: HTTP, the
+decisions, the fan-out) and its other threads (the model's, and the feed's reads off the loop);
+the readers' process per store over the same span; the writers'.
 Every subscriber counts what it receives; a cut-off is counted. Each also counts its socket
 reads: per second of writing (the median subscriber), about the fan-outs a second, so
 ``fanout_interval_ms`` shows the read interval the server's rule chose (docs/feed.md, "Cost").
@@ -246,10 +248,11 @@ async def write_phase(port: int, writers: int, per_writer: int, phase: int) -> d
     }
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (Linux /proc): a cost that load on a shared
-    machine does not inflate the way it inflates wall time."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """User + system CPU of a process (or of its thread ``tid``) so far (Linux /proc): a cost
+    that load on a shared machine does not inflate the way it inflates wall time."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -273,6 +276,9 @@ async def phase_run(server: FeedServer, args: argparse.Namespace, phase: int, wi
         await readers.start()
         assert readers.proc is not None
         readers_cpu = cpu_seconds(readers.proc.pid)
+    # the server's main thread runs the event loop (HTTP, the decisions, the fan-out); its other
+    # threads are the model's (the batcher's and the runtime's own) and the to_thread work
+    loop_cpu = cpu_seconds(server.proc.pid, server.proc.pid)
     server_cpu, writers_cpu = cpu_seconds(server.proc.pid), own_cpu_seconds()
     result = await write_phase(server.port, args.writers, args.per_writer or PER_WRITER[server.embedder], phase)
     result["writers_cpu_ms_per_store"] = per_store(own_cpu_seconds() - writers_cpu, result["stores"])
@@ -299,6 +305,9 @@ async def phase_run(server: FeedServer, args: argparse.Namespace, phase: int, wi
         )
     # with subscribers: until the sampled ones have every event (the fan-out's tail included)
     result["server_cpu_ms_per_store"] = per_store(cpu_seconds(server.proc.pid) - server_cpu, result["stores"])
+    loop_ms = per_store(cpu_seconds(server.proc.pid, server.proc.pid) - loop_cpu, result["stores"])
+    result["server_loop_cpu_ms_per_store"] = loop_ms
+    result["server_threads_cpu_ms_per_store"] = round(result["server_cpu_ms_per_store"] - loop_ms, 3)
     return result
 
 
@@ -317,6 +326,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "delivered_p99_ms_from_ack_max": max(p99s) if p99s else None,
         "server_cpu_ms_per_store_without_median": med("server_cpu_ms_per_store", "without"),
         "server_cpu_ms_per_store_with_median": med("server_cpu_ms_per_store", "with"),
+        "server_loop_cpu_ms_per_store_without_median": med("server_loop_cpu_ms_per_store", "without"),
+        "server_loop_cpu_ms_per_store_with_median": med("server_loop_cpu_ms_per_store", "with"),
+        "server_threads_cpu_ms_per_store_without_median": med("server_threads_cpu_ms_per_store", "without"),
+        "server_threads_cpu_ms_per_store_with_median": med("server_threads_cpu_ms_per_store", "with"),
         "readers_cpu_ms_per_store_median": med("readers_cpu_ms_per_store", "with"),
         "fanout_interval_ms_median": round(statistics.median(r["with"]["fanout_interval_ms"] or 0 for r in rows), 1),
         "load_avg_1m_median": round(statistics.median(r["load_avg_1m"] for r in rows), 2),
