@@ -162,8 +162,8 @@ def test_every_caller_gets_exactly_its_own_vectors(
     arrives), answers are each caller's own, in order, and calls respect ``max_texts``; with
     the model on a thread of its own too (``threaded``)."""
 
-    async def scenario() -> None:
-        model = GatedModel(POOL if threaded else None)
+    async def scenario(pool: ThreadPoolExecutor) -> None:
+        model = GatedModel(pool if threaded else None)
         batcher = EmbedBatcher(model.embed, model.run_blocking, max_texts=max_texts)
         tasks = []
         for texts, busy in zip(requests, held, strict=False):
@@ -179,7 +179,8 @@ def test_every_caller_gets_exactly_its_own_vectors(
             assert len(batch) <= max_texts or batch in requests
         assert sorted(t for b in model.batches for t in b) == sorted(t for r in requests for t in r)
 
-    asyncio.run(scenario())
+    with ThreadPoolExecutor(max_workers=1) as pool:  # its thread starts only if ``threaded``
+        asyncio.run(scenario(pool))
 
 
 async def test_concurrent_embeds_through_embedders_share_model_calls() -> None:
@@ -197,9 +198,6 @@ async def test_concurrent_embeds_through_embedders_share_model_calls() -> None:
             assert np.array_equal(emb.vector(), expected([text])[0])
     finally:
         embedders.close()
-
-
-POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-embed-batcher")
 
 
 class ThreadedModel:
