@@ -139,7 +139,9 @@ class LexicalProjection:
             rows = self.agents[agent].live_rows()
             if rows:
                 agents[agent] = [list(r) for r in rows]
-        rows_hash = hashlib.sha256(orjson.dumps(agents)).hexdigest()[:32]
+        # The sidecar's format is hashed in: a checkpoint of the same rows by a newer release
+        # writes its own sidecar instead of keeping an older format's under the same name.
+        rows_hash = hashlib.sha256(b"%d:" % sidecar.FORMAT + orjson.dumps(agents)).hexdigest()[:32]
         name = f"{self.name}-{rows_hash}"
         if self.blobs is not None and not self.blobs.blob_path(name).exists():
             sidecar.write(self.blobs, name, self.agents, rows_hash)

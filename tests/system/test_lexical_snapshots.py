@@ -5,16 +5,18 @@ collection of old sidecars. The fold and the sidecar's format: tests/unit/test_l
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import orjson
 import pytest
 
-from memstream.projections.lexical import LexicalProjection
+from memstream.projections.lexical import LexicalProjection, sidecar
 from memstream.projections.lexical.index import AgentIndex
 from memstream.projections.runner import digest_of
 from memstream.streams.snapshots import SnapshotStore
 from tests.unit.test_lexical import answers, deleted, fold, sample_events, stored, updated
+from tests.unit.test_lexical_packed import as_format_1
 
 
 def checkpointed(store: SnapshotStore, p: LexicalProjection) -> dict:
@@ -107,3 +109,19 @@ def test_drop_stale_sidecars_keeps_only_the_last_snapshots(tmp_path: Path) -> No
     live.drop_stale_sidecars()  # as the runner does once the new checkpoint is saved
     assert store.blob_names("lexical-") == [last]
     assert b"secret" not in store.blob_path(last).read_bytes()
+
+
+def test_the_next_checkpoint_of_the_same_rows_replaces_a_format_1_sidecar(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    live = fold(*sample_events())
+    agents = orjson.loads(orjson.dumps(live.to_snapshot()))["agents"]
+    old_hash = hashlib.sha256(orjson.dumps(agents)).hexdigest()[:32]  # how the previous release named it
+    old_name = f"lexical-{old_hash}"
+    store.save_blob(old_name, as_format_1(b"".join(bytes(x) for x in sidecar.encode(live.agents, old_hash)), agents))
+    restored = LexicalProjection(store)
+    restored.load_snapshot({"version": 3, "agents": agents, "blob": old_name})
+    assert answers(restored) == answers(live)
+    body = restored.to_snapshot()
+    assert body["blob"] != old_name and store.blob_path(body["blob"]).exists()
+    restored.drop_stale_sidecars()
+    assert store.blob_names("lexical-") == [body["blob"]]

@@ -130,3 +130,4 @@ def test_a_sidecar_whose_slots_do_not_match_the_rows_is_refused() -> None:
     blob = bytearray(b"".join(bytes(x) for x in sidecar.encode(live.agents, rows_hash)))
     with pytest.raises(ValueError):
         sidecar.read(memoryview(blob), rows_hash, swapped)
+
