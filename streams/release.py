@@ -15,7 +15,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 SLICE = 1_000  # items freed between two yields of the interpreter lock
@@ -52,9 +52,22 @@ def drain(container: dict[Any, Any] | list[Any] | set[Any], step: int = SLICE) -
         time.sleep(0)  # let a thread waiting for the lock have it
 
 
+def run_later(step: Callable[[], bool]) -> None:
+    """Call ``step`` on the release thread until it returns False, yielding the interpreter
+    lock between calls: for a structure that must be taken apart a slice at a time by its
+    owner's rules (under its lock), not just emptied."""
+    release_later()
+    _pending.put(step)
+
+
 def _run() -> None:
     while True:
-        drain(_pending.get())
+        item = _pending.get()
+        if callable(item):
+            while item():
+                time.sleep(0)
+        else:
+            drain(item)
 
 
 _switching = threading.Lock()

@@ -18,6 +18,7 @@ import secrets
 import struct
 import threading
 from collections import deque
+from functools import partial
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, Final
@@ -27,7 +28,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from memstream.streams.keys.port import KEY_ID_BYTES, KeyStore
-from memstream.streams.release import release_later
+from memstream.streams.release import SLICE, release_later, run_later
 
 MAGIC: Final = b"\x00ms1"
 NONCE: Final = 12
@@ -95,9 +96,10 @@ class Sealer:
     (2.4 GB of a 6.9 GB RSS at 1M memories). Making one per call costs about 1 µs; looking a
     key up in the store again costs about 10 µs (docs/benchmarks.md, "1M memories")."""
 
-    def __init__(self, keys: KeyStore, *, seal_new: bool = True) -> None:
+    def __init__(self, keys: KeyStore, *, seal_new: bool = True, drop_later: bool = False) -> None:
         self.keys = keys
         self.seal_new = seal_new
+        self.drop_later = drop_later  # see ``forget``
         # agent -> scope -> (key id, data key): by agent, so an erasure drops an agent's keys
         # without a pass over every agent's (100k keys took 0.9 s of the writer thread that way)
         self._current: dict[str, dict[str, tuple[bytes, bytes]]] = {}
@@ -170,19 +172,34 @@ class Sealer:
         return MAGIC + key_id + nonce + _LEN.pack(len(clear)) + clear + aead.encrypt(nonce, secret, _aad(key_id, clear))
 
     def forget(self, agent: str, scopes: list[str] | None = None) -> None:
-        """Drop the agent's cached sealing keys (of ``scopes``, or all): the next write makes new ones."""
+        """Drop the agent's cached sealing keys (of ``scopes``, or all): the next write makes new ones.
+
+        With ``drop_later`` they leave the opening cache on the release thread, a slice at a
+        time (``_drop_opening``): popping 100k keys from it, even in C, held the bus's writer
+        thread 50-100 ms on a busy machine. The embedded log sets it: every read through it
+        refreshes first, and a destruction moves the generation, which empties the cache, so
+        no read opens with a destroyed key meanwhile."""
         with self._lock:
             current = self._current.get(agent)
             if not current:
                 return
             if scopes is None:
-                dropped = list(self._current.pop(agent).values())
+                dropped = self._current.pop(agent)
             else:
-                dropped = [current.pop(scope) for scope in scopes if scope in current]
-            # Dropped from the opening cache by a loop in C (map, consumed by a zero-length
-            # deque): 100k keys in Python held the bus's writer thread for tens of ms.
-            deque(map(self._open.pop, map(itemgetter(0), dropped), repeat(None)), maxlen=0)
-        release_later(dropped)  # freeing 100k AES-GCM contexts here held the writer 0.2-0.5 s
+                dropped = {scope: current.pop(scope) for scope in scopes if scope in current}
+            if not self.drop_later:
+                deque(map(self._open.pop, map(itemgetter(0), dropped.values()), repeat(None)), maxlen=0)
+        if self.drop_later:
+            run_later(partial(self._drop_opening, dropped))
+        else:
+            release_later(dropped)  # freed off the calling thread, in slices
+
+    def _drop_opening(self, dropped: dict[str, tuple[bytes, bytes]]) -> bool:
+        """Take a slice of ``dropped`` out of the opening cache; whether any is left."""
+        with self._lock:
+            for _ in range(min(SLICE, len(dropped))):
+                self._open.pop(dropped.popitem()[1][0], None)
+        return bool(dropped)
 
     def reset(self) -> None:
         """Drop every cached key (after a failed append: keys made for it may not be durable)."""

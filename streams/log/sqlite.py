@@ -79,7 +79,8 @@ def open_sealer(log_path: Path, *, seal_new: bool | None = None) -> Sealer | Non
     keys_path = log_path.with_name(KEYS_NAME)
     if not seal and not keys_path.exists():
         return None
-    return Sealer(open_key_store(log_path.parent, keys_path), seal_new=seal)
+    # Reads through the log refresh before opening: an erasure's keys may leave the opening cache later.
+    return Sealer(open_key_store(log_path.parent, keys_path), seal_new=seal, drop_later=True)
 
 
 def connect(path: Path, *, synchronous: str = "FULL") -> sqlite3.Connection:

@@ -6,6 +6,7 @@ the erased agent's size. Counted deterministically: the lines the interpreter ru
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -27,6 +28,7 @@ SMALL, BIG = 300, 3_000
 # Lines that do not depend on the agent's size may still differ a little between two runs
 # (a dict resized, a first call); a pass over the records would add thousands.
 SLACK = 40
+DEADLINE_S = 30.0
 
 
 def lines_run(fn: Callable[[], Any]) -> int:
@@ -163,11 +165,20 @@ def test_forgetting_every_memory_at_once_empties_the_indexes() -> None:
     assert not st.memories and not st.by_msg and not st.by_content
 
 
+def emptied(sealer: Sealer, ids: list[bytes]) -> bool:
+    """Whether ``ids`` left the opening cache (on the release thread, with ``drop_later``)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while any(k in sealer._open for k in ids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not any(k in sealer._open for k in ids)
+
+
+@pytest.mark.parametrize("drop_later", [False, True])
 @pytest.mark.parametrize("scopes", [None, "listed"])
-def test_sealer_forget_runs_no_python_pass_over_the_agents_keys(scopes: str | None) -> None:
+def test_sealer_forget_runs_no_python_pass_over_the_agents_keys(scopes: str | None, drop_later: bool) -> None:
     counts = {}
     for n in (SMALL, BIG):
-        sealer = Sealer(MemoryKeyStore())
+        sealer = Sealer(MemoryKeyStore(), drop_later=drop_later)
         for i in range(n):
             sealer.seal_event(i, event(i, agent="big"), VECTOR)
         sealer.seal_event(n, event(n, agent="small"), VECTOR)
@@ -179,7 +190,28 @@ def test_sealer_forget_runs_no_python_pass_over_the_agents_keys(scopes: str | No
             listed = [f"mem:{i}" for i in range(n)]
             lines_run(lambda sealer=sealer, listed=listed: sealer.forget("big", listed))
         assert "big" not in sealer._current or not sealer._current["big"]
-        assert not any(k in sealer._open for k in ids)
+        if not drop_later:
+            assert not any(k in sealer._open for k in ids)
+        assert emptied(sealer, ids)
         assert "small" in sealer._current and len(sealer._open) == 1
     if scopes is None:
         assert counts[BIG] - counts[SMALL] < SLACK, counts
+
+
+def test_a_key_still_in_the_opening_cache_opens_nothing_once_destroyed() -> None:
+    """``drop_later``: an erased key may sit in the opening cache until the release thread
+    reaches it; a read refreshes first, and the destruction empties the cache."""
+    keys = MemoryKeyStore()
+    sealer = Sealer(keys, drop_later=True)
+    out = sealer.seal_event(0, event(1, agent="big"), VECTOR)
+    assert out is not None
+    [(key_id, agent, scope, _)] = sealer.take_bindings()
+    assert (agent, scope) == ("big", "mem:1")
+    aead = sealer._open[key_id]
+    sealer.forget("big")
+    sealer._open[key_id] = aead  # as if the release thread had not reached it yet
+    assert decode(sealer.open(*out)[0])["payload"]["content"] == "the secret recipe"
+    assert keys.destroy_ids([key_id]) == 1
+    sealer.refresh()
+    opened = decode(sealer.open(*out)[0])
+    assert opened["redacted"] is True and "content" not in opened["payload"]
