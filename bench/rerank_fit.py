@@ -55,7 +55,11 @@ from memstream.api.services.embedding import load_local_embedder
 # a real agent's memory carries (the question and the stored text), never from the benchmark's
 # labels. ``--extra`` appends them to ``rerank.FEATURES`` for the fit. The date signals that were
 # kept live in api/query/recall/dates.py.
-EXTRA = ("entity", "session_share", "cluster")
+EXTRA = ("entity", "session_share", "cluster", "guess_speaker")
+# A question that asks for a guess ("Would Melanie likely enjoy ...", "What might John's ... be")
+# is answered by what the named person said of themself, in words unlike the question's
+# (docs/eval.md, "Sixth pass": the open-domain misses).
+_GUESS = re.compile(r"\b(would|might|likely|could|may)\b", re.IGNORECASE)
 _CAP = re.compile(r"(?<![.?!]\s)(?<!^)\b([A-Z][\w'+-]*)")  # a capitalised word not opening a sentence
 _PREFIX = re.compile(r"^\[([^\]]*)\]\s*")
 
@@ -63,20 +67,24 @@ _PREFIX = re.compile(r"^\[([^\]]*)\]\s*")
 def cue_rows(query: str, cands: Sequence[fusion.Candidate], content: dict[str, str | None]) -> dict[str, list[float]]:
     """``entity``: the share of the question's proper nouns (not the speakers' names, which the
     speaker signal reads, nor months) the turn's words hold; ``session_share``: the share of the
-    candidates from the turn's session (the same date prefix)."""
+    candidates from the turn's session (the same date prefix); ``guess_speaker``: 1 when the
+    question asks for a guess (``_GUESS``) and the turn's speaker is named in it."""
     said = {speakers.speaker_of(t) for t in content.values() if t}
     ents = {w.lower() for w in _CAP.findall(query)} - {m.lower() for m in dates.MONTHS} - said
     sessions: dict[str, int] = {}
     for c in cands:
         if m := _PREFIX.match(content.get(c.ref) or ""):
             sessions[m.group(1)] = sessions.get(m.group(1), 0) + 1
-    out: dict[str, list[float]] = {"entity": [], "session_share": []}
+    guess = bool(_GUESS.search(query))
+    named = speakers.named_in(query)
+    out: dict[str, list[float]] = {"entity": [], "session_share": [], "guess_speaker": []}
     for c in cands:
         text = content.get(c.ref) or ""
         pm = _PREFIX.match(text)
         words = {w.lower() for w in re.findall(r"[\w'+-]+", _PREFIX.sub("", text))}
         out["entity"].append(len(ents & words) / len(ents) if ents else 0.0)
         out["session_share"].append(sessions.get(pm.group(1), 0) / len(cands) if pm else 0.0)
+        out["guess_speaker"].append(1.0 if guess and text and speakers.speaker_of(text) in named else 0.0)
     return out
 
 

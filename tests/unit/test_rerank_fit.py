@@ -104,6 +104,10 @@ def test_the_extra_signals_read_the_question_and_the_stored_turns() -> None:
     cue = rf.cue_rows("what happened", cands[:3], content)
     assert cue["entity"] == [0.0, 0.0, 0.0]
     assert cue["session_share"] == pytest.approx([2 / 3, 2 / 3, 1 / 3])
+    # a guess about a named person: that person's turns; a plain question about them: none
+    assert cue["guess_speaker"] == [0.0, 0.0, 0.0]
+    assert rf.cue_rows("Would Melanie likely enjoy painting?", cands, content)["guess_speaker"] == [0, 1, 1, 0]
+    assert rf.cue_rows("What did Melanie paint?", cands, content)["guess_speaker"] == [0, 0, 0, 0]
 
 
 def test_cluster_is_each_candidates_mean_cosine_to_the_others_at_the_top() -> None:

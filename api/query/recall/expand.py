@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memstream.api.query.recall import neighbours
 from memstream.api.query.recall.fusion import Candidate
 from memstream.api.query.recall.models import RecallModels
 
@@ -40,6 +39,7 @@ def widen(
     content: dict[str, str | None],
     admit: Callable[[str], bool],
     text_of: Callable[[str], str | None],
+    adjacent: Callable[[list[str]], Adjacency],
     query_vec: np.ndarray | None,
     model: str | None,
     read: bool,
@@ -47,8 +47,9 @@ def widen(
 ) -> Pool:
     """With ``read``, cosines are read for every row the vector list did not hold, and the
     neighbours of the first ``top`` candidates (every one: None; none: 0) that are not
-    candidates and that ``admit`` lets in join. Without ``read`` or a query vector nothing is
-    read and nothing joins (a joined row would have no score for the gate): the fifth pass."""
+    candidates and that ``admit`` lets in join (``adjacent``: the rows before and after each of
+    some refs). Without ``read`` or a query vector nothing is read and nothing joins (a joined
+    row would have no score for the gate): the fifth pass."""
     if query_vec is None or not read:
         near = {n for pair in adjacency.values() for n in pair if n is not None and (n in content or admit(n))}
         return Pool(cands, adjacency, content, near, None)
@@ -56,7 +57,7 @@ def widen(
     have = {c.ref for c in cands}
     wanted = [n for c in cands[:top] for n in adjacency.get(c.ref, (None, None)) if n is not None and n not in have]
     wanted = [n for n in dict.fromkeys(wanted) if admit(n)]
-    adjacency.update(neighbours.memory_adjacency(engine.memories, wanted))
+    adjacency.update(adjacent(wanted))
     near = {n for pair in adjacency.values() for n in pair if n is not None and (n in have or admit(n))}
     listed = {r for r, _ in window}
     unread = ({*have, *wanted, *near}) - listed

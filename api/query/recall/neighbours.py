@@ -44,12 +44,16 @@ def neighbour_scores(
 Ranked = list[tuple[str, float]]
 
 
-def memory_adjacency(memories: MemoriesProjection, refs: Iterable[str]) -> dict[str, tuple[str | None, str | None]]:
+def memory_adjacency(
+    memories: MemoriesProjection, refs: Iterable[str], order: dict[str, list[int]] | None = None
+) -> dict[str, tuple[str | None, str | None]]:
     """Each memory ref's previous and next memory of the same agent in write order, when that
     memory is live and in the same project and channel (a conversation continues in its own
-    scope); None where there is none. Other refs (episodes) have no neighbours."""
+    scope); None where there is none. Other refs (episodes) have no neighbours. ``order``: each
+    agent's live memory ids, ascending, as a caller's earlier call under the same read left them
+    (sorting them is most of the cost)."""
     out: dict[str, tuple[str | None, str | None]] = {}
-    order: dict[str, list[int]] = {}  # agent -> its live memory ids, ascending
+    order = {} if order is None else order  # agent -> its live memory ids, ascending
     for ref in refs:
         kind, _, ident = ref.partition(":")
         row = memories.rows.get(int(ident)) if kind == "mem" and ident.isdigit() else None

@@ -182,8 +182,9 @@ def run_recall(
     vector_ev = fusion.vector_evidence(window)
     lexical_ev = fusion.lexical_evidence({r: shares.get(r, 0.0) for r, _ in lexical_vote})
     adjacency: dict[str, tuple[str | None, str | None]] = {}
+    ids: dict[str, list[int]] = {}  # the agent's memory ids in write order, sorted once per recall
     if neighbour_weight > 0 or second_stage:
-        adjacency = neighbours.memory_adjacency(engine.memories, {r for r, _ in (*window, *lexical_vote)})
+        adjacency = neighbours.memory_adjacency(engine.memories, {r for r, _ in (*window, *lexical_vote)}, ids)
     if neighbour_weight > 0:
         window, vector_ev = neighbours.reorder(window, vector_ev, adjacency, neighbour_weight)
         lexical_vote, lexical_ev = neighbours.reorder(lexical_vote, lexical_ev, adjacency, neighbour_weight)
@@ -219,6 +220,7 @@ def run_recall(
                     content,
                     lambda ref: not filtered or _admit(engine, req, ref),
                     lambda ref: _content(engine, ref),
+                    lambda refs: neighbours.memory_adjacency(engine.memories, refs, ids),
                     query_vec,
                     model,
                     rerank.READ,
