@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import orjson
 
-from memstream.projections.row_dicts import field_names, row_dicts
+from memstream.projections.row_dicts import coded, decoded, field_names, row_dicts
 
 
 def shared(s: str | None) -> str | None:
@@ -80,22 +80,6 @@ MEMORY_FORMAT = 3
 CODED: Final = ("agent_id", "project_id", "channel", "author", "embedding_model", "source")
 
 
-def _coded(values: list[Any], key: Any = None) -> list[Any]:
-    """``[table, codes]``: the distinct values in order of first use, each row's index in it
-    (equal by ``key(value)`` when given: dicts, compared as their JSON bytes)."""
-    codes: dict[Any, int] = {}
-    table: list[Any] = []
-    out = []
-    for v in values:
-        k = v if key is None else key(v)
-        c = codes.get(k)
-        if c is None:
-            c = codes[k] = len(table)
-            table.append(v)
-        out.append(c)
-    return [table, out]
-
-
 def memory_columns(rows: list[MemoryRow]) -> dict[str, Any]:
     """The format-3 body: the columns of ``rows`` in order. A restart at 1M memories spent most of
     this read model's load on a list, 14 values and 5 interned strings per row; columns let the
@@ -104,9 +88,9 @@ def memory_columns(rows: list[MemoryRow]) -> dict[str, Any]:
     cols: dict[str, Any] = {n: [getattr(r, n) for r in rows] for n in names if n not in CODED}
     cols["updated_at"] = [None if u == c else u for u, c in zip(cols["updated_at"], cols["created_at"], strict=True)]
     cols["metadata"] = [m or None for m in cols["metadata"]]
-    coded = {n: _coded([getattr(r, n) for r in rows]) for n in CODED if n != "source"}
-    coded["source"] = _coded([r.source for r in rows], key=_source_key)
-    return {"format": MEMORY_FORMAT, "fields": names, "columns": cols, "coded": coded}
+    by_code = {n: coded([getattr(r, n) for r in rows]) for n in CODED if n != "source"}
+    by_code["source"] = coded([r.source for r in rows], key=_source_key)
+    return {"format": MEMORY_FORMAT, "fields": names, "columns": cols, "coded": by_code}
 
 
 def _source_key(src: dict[str, Any]) -> bytes:
@@ -286,20 +270,16 @@ class MemoriesProjection:
             rows[row.id] = row
             by_agent.setdefault(row.agent_id, {})[row.id] = None
 
-    def _sources(self, coded: list[Any], n: int) -> list[dict[str, Any]]:
+    def _sources(self, column: list[Any], n: int) -> list[dict[str, Any]]:
         """Each row's source: one shared dict per distinct one, but a row's own copy of a source
         with a nested value (``Sources``)."""
-        table, codes = coded
-        if len(codes) != n:
-            raise ValueError(f"memory snapshot sources have {len(codes)} rows, not {n}")
-        made = [self.sources.of(v) for v in table]
-        out = [made[c] for c in codes]
-        if all(isinstance(m, _Shared) for m in made):
+        out = decoded(column, n, self.sources.of)
+        if all(isinstance(m, _Shared) for m in out):
             return out
         return [m if isinstance(m, _Shared) else self.sources.of(orjson.loads(_source_key(m))) for m in out]
 
     def _load_columns(self, body: dict[str, Any]) -> None:
-        cols, coded = body["columns"], body["coded"]
+        cols, by_code = body["columns"], body["coded"]
         ids = cols["id"]
         n = len(ids)
 
@@ -309,33 +289,26 @@ class MemoriesProjection:
                 raise ValueError(f"memory snapshot column {name} has {len(values)} rows, not {n}")
             return values
 
-        def decoded(name: str, make: Any) -> list[Any]:
-            table, codes = coded[name]
-            if len(codes) != n:
-                raise ValueError(f"memory snapshot column {name} has {len(codes)} rows, not {n}")
-            made = [make(v) for v in table]
-            return [made[c] for c in codes]  # a code past the table raises IndexError
-
         created = [intern(c) for c in column("created_at")]
         updated = [c if u is None else intern(u) for c, u in zip(created, column("updated_at"), strict=True)]
-        agents = decoded("agent_id", intern)
+        agents = decoded(by_code["agent_id"], n, intern)
         rows = map(
             MemoryRow,
             ids,
             agents,
-            decoded("project_id", intern),
-            decoded("channel", intern),
+            decoded(by_code["project_id"], n, intern),
+            decoded(by_code["channel"], n, intern),
             # the content: the lexical index, loaded from its own snapshot, shares it
             [intern(c) for c in column("content")],
             column("msg_id"),
-            self._sources(coded["source"], n),
+            self._sources(by_code["source"], n),
             [m or NO_FIELDS for m in column("metadata")],
             created,
             updated,
             column("timestamp"),
             column("locked"),
-            decoded("author", intern),
-            decoded("embedding_model", shared),
+            decoded(by_code["author"], n, intern),
+            decoded(by_code["embedding_model"], n, shared),
         )
         self.rows.update(zip(ids, rows, strict=True))
         if len(self.rows) != n:

@@ -8,7 +8,7 @@ it was taken at."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import fields, is_dataclass
 from operator import attrgetter
 from typing import Any
@@ -50,3 +50,30 @@ def _reader(kind: type) -> tuple[tuple[str, ...], attrgetter[Any]]:
             raise TypeError(f"{kind.__name__}: a row needs at least two fields")  # attrgetter returns a tuple
         reader = _READERS[kind] = (names, attrgetter(*names))
     return reader
+
+
+def coded(values: list[Any], key: Callable[[Any], Any] | None = None) -> list[Any]:
+    """``[table, codes]``: the distinct values in order of first use and each row's index in the
+    table (equal by ``key(value)`` when given). A column many rows repeat a few values of loads
+    by making each value once (docs/benchmarks.md, "Restart")."""
+    codes: dict[Any, int] = {}
+    table: list[Any] = []
+    out = []
+    for v in values:
+        k = v if key is None else key(v)
+        c = codes.get(k)
+        if c is None:
+            c = codes[k] = len(table)
+            table.append(v)
+        out.append(c)
+    return [table, out]
+
+
+def decoded(column: list[Any], n: int, make: Callable[[Any], Any] | None = None) -> list[Any]:
+    """The values of a ``coded`` column of ``n`` rows, each table value made once by ``make``;
+    ``ValueError`` or ``IndexError`` when the column is not ``n`` codes into its table."""
+    table, codes = column
+    if len(codes) != n:
+        raise ValueError(f"a coded column of {len(codes)} rows, not {n}")
+    made = table if make is None else [make(v) for v in table]
+    return [made[c] for c in codes]

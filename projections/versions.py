@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from sys import intern
 from typing import Any
 
-from memstream.projections.row_dicts import field_names
+from memstream.projections.row_dicts import coded, decoded, field_names
 
-# Versions snapshots: 2 holds rows as lists of the fields in this order (1: a dict per row).
-VERSIONS_FORMAT = 2
+# Versions snapshots: 3 holds columns in the fields' order, agents and projects as a table and a
+# code per row (``coded``); 2 rows as lists of the fields; 1 a dict per row.
+VERSIONS_FORMAT = 3
+_CODED = ("agent_id", "project_id")
 
 
 @dataclass(slots=True)
@@ -236,24 +238,36 @@ class VersionsProjection:
         return out
 
     def to_snapshot(self) -> dict[str, Any]:
-        rows = [self._fields(i) for _, i in sorted(self._slot.items())]
-        return {"format": VERSIONS_FORMAT, "fields": list(_FIELDS), "rows": rows}
+        order = [i for _, i in sorted(self._slot.items())]
+        transposed = zip(*map(self._fields, order), strict=True) if order else ((),) * len(_FIELDS)
+        cols: dict[str, Any] = {name: list(col) for name, col in zip(_FIELDS, transposed, strict=True)}
+        for name in _CODED:
+            cols[name] = coded(cols[name])
+        return {"format": VERSIONS_FORMAT, "fields": list(_FIELDS), "columns": cols}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
         # ``by_msg`` is an index, not state: its order never matters (``superseded_by`` orders
         # by offset), so it is rebuilt rather than stored.
         fmt = body.get("format", 1)
-        if fmt == VERSIONS_FORMAT and body.get("fields") != list(_FIELDS):
+        if fmt in (2, 3) and body.get("fields") != list(_FIELDS):
             raise ValueError(f"versions snapshot fields {body.get('fields')!r} are not this version's")
-        if fmt not in (1, VERSIONS_FORMAT):
+        if fmt not in (1, 2, 3):
             raise ValueError(f"versions snapshot format {fmt!r}")
-        rows = body["rows"]
-        if fmt == 1:  # a dict per row
-            rows = [[raw.get(n, -1 if n == "verified_offset" else None) for n in _FIELDS] for raw in rows]
-        if any(len(r) != len(_FIELDS) for r in rows):
-            raise ValueError(f"a versions snapshot row has not {len(_FIELDS)} fields")
         self.by_msg = {}
-        self._columns(tuple(zip(*rows, strict=True)) if rows else _NO_ROWS)
+        if fmt == 3:
+            given = body["columns"]
+            n = len(given["ref"])
+            cols = [decoded(given[f], n) if f in _CODED else given[f] for f in _FIELDS]
+            if any(len(c) != n for c in cols):
+                raise ValueError("versions snapshot columns of different lengths")
+            self._columns(cols)
+        else:
+            rows = body["rows"]
+            if fmt == 1:  # a dict per row
+                rows = [[raw.get(n, -1 if n == "verified_offset" else None) for n in _FIELDS] for raw in rows]
+            if any(len(r) != len(_FIELDS) for r in rows):
+                raise ValueError(f"a versions snapshot row has not {len(_FIELDS)} fields")
+            self._columns(tuple(zip(*rows, strict=True)) if rows else _NO_ROWS)
         by_msg = self.by_msg
         names, agents = self._names, self._agent
         for i, (ref, msg_id) in enumerate(zip(self._ref, self._msg, strict=True)):

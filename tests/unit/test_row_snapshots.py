@@ -77,18 +77,18 @@ def test_versions_and_lexical_key_by_the_same_ref_strings() -> None:
 
 
 def test_snapshots_of_the_previous_layout_still_load() -> None:
-    """Memories snapshots hold columns (format 3), versions snapshots rows as lists of named
-    fields (format 2); the previous layouts (memories: lists of named fields, and for both a
-    dict per row) load to the same state."""
+    """Memories and versions snapshots hold columns (format 3); the previous layouts, lists of
+    named fields (format 2) and a dict per row, load to the same state."""
     for kind in (MemoriesProjection, VersionsProjection):
         folded = fold(kind(), EVENTS)
         body = folded.to_snapshot()
-        olds = [{"rows": row_dicts(folded.rows[k] for k in sorted(folded.rows))}]
-        if kind is MemoriesProjection:
-            assert body["format"] == 3 and len(body["columns"]["id"]) == len(folded.rows)
-            olds.append({"format": 2, "fields": body["fields"], "rows": row_lists(folded.rows.values())})
-        else:
-            assert body["format"] == 2 and all(isinstance(r, list) for r in body["rows"])
+        first = "id" if kind is MemoriesProjection else "ref"
+        assert body["format"] == 3 and len(body["columns"][first]) == len(folded.rows)
+        in_order = [folded.rows[k] for k in (folded.rows if kind is MemoriesProjection else sorted(folded.rows))]
+        olds = [
+            {"rows": row_dicts(folded.rows[k] for k in sorted(folded.rows))},
+            {"format": 2, "fields": body["fields"], "rows": row_lists(in_order)},
+        ]
         for old in olds:
             again = kind()
             again.load_snapshot(orjson.loads(orjson.dumps(old)))

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstream.projections import versions
-from memstream.projections.row_dicts import field_names, row_lists
+from memstream.projections.row_dicts import coded, field_names, row_lists
 from memstream.projections.runner import digest_of
 from memstream.projections.versions import VersionRow, VersionsProjection
 from tests.unit.test_versions_index import scanned
@@ -100,7 +100,11 @@ class RowStore:
 
     def snapshot(self) -> dict[str, Any]:
         rows = row_lists(r for _, r in sorted(self.rows.items()))
-        return {"format": 2, "fields": field_names(VersionRow), "rows": rows}
+        names = field_names(VersionRow)
+        cols: dict[str, Any] = {n: [r[i] for r in rows] for i, n in enumerate(names)}
+        for n in ("agent_id", "project_id"):
+            cols[n] = coded(cols[n])
+        return {"format": 3, "fields": names, "columns": cols}
 
     def superseded_by(self, agent: str) -> dict[str, list[str]]:
         return scanned(self, agent)
@@ -154,8 +158,19 @@ def test_columns_answer_and_snapshot_as_the_row_store(spec: list[tuple[Any, ...]
 def test_a_malformed_snapshot_is_refused() -> None:
     p = VersionsProjection()
     p.apply(0, events([("store", "a", "", "m1", 0)])[0])
+    p.apply(1, events([("store", "a", "", "m2", 0)])[0] | {"payload": {"id": 2, "content": "x"}})
     body = p.to_snapshot()
-    row = body["rows"][0]
+    old = {"format": 2, "fields": body["fields"], "rows": row_lists(p.rows[r] for r in sorted(p.rows))}
+    row = old["rows"][0]
     for rows in ([row[:-1]], [row, row], [[*row[:4], "one", *row[5:]]]):
         with pytest.raises((ValueError, TypeError)):
-            VersionsProjection().load_snapshot({**body, "rows": rows})
+            VersionsProjection().load_snapshot({**old, "rows": rows})
+    cols = body["columns"]
+    for name, bad in (
+        ("written_at", cols["written_at"][:1]),  # a short column
+        ("ref", [cols["ref"][0]] * 2),  # a ref twice
+        ("agent_id", [cols["agent_id"][0], [5, 0]]),  # a code past its table
+        ("version", [1, "one"]),
+    ):
+        with pytest.raises((ValueError, TypeError, IndexError)):
+            VersionsProjection().load_snapshot({**body, "columns": {**cols, name: bad}})
