@@ -39,7 +39,11 @@ class KafkaSealing:
         with self._lock:
             sealer = self._sealers.get(partition)
             if sealer is None:
-                sealer = self._sealers[partition] = Sealer(self.store.for_partition(partition))
+                # drop_later: an erasure's keys leave the opening cache on the release thread,
+                # not on the decider's loop (``Sealer.forget``); safe as every read here
+                # refreshes first (``open``) and a destruction empties the cache.
+                keys = self.store.for_partition(partition)
+                sealer = self._sealers[partition] = Sealer(keys, drop_later=True)
             return sealer
 
     def seal_events(self, events: Sequence[NewEvent]) -> list[tuple[bytes, bytes | None]]:

@@ -122,3 +122,31 @@ def test_keys_are_destroyed_in_batches_while_others_are_made(shared_cfg: KafkaCo
         assert len(taken) == 600 and all(later.get(k) is not None for k in taken)
     finally:
         later.close()
+
+
+async def test_a_key_the_deciders_sealer_still_caches_opens_nothing_once_destroyed(cfg: KafkaConfig) -> None:
+    """The decider's sealers drop an erasure's keys from their opening cache on the release
+    thread (``drop_later``), not at the decision: a read in between, once the keys are
+    destroyed, must not open the record with a key still cached."""
+    await ensure_topics(cfg)
+    sealing = await asyncio.to_thread(KafkaSealing.from_env, cfg)
+    p = partition_for("ann", PARTITIONS)
+    decider = owner(cfg, sealing, p)
+    try:
+        async with asyncio.timeout(120):
+            stored = await decider.submit_local(p, store("ann", "ann's note the erasure takes"))
+            assert stored.offset is not None
+            [raw] = await decider.kafka.read_records(cfg.events_topic, p, stored.offset, stored.offset + 1, raw=True)
+            sealer = sealing.sealer(p)
+            assert sealer.drop_later
+            assert b"erasure takes" in sealing.open(p, raw.value or b"", None)[0]  # its key cached now
+            erased = await decider.submit_local(p, c.EraseAgentData(**env("ann"), reason="all"))
+            assert erased.offset is not None
+            named = await decider.named_by(p, erased.offset)
+            assert named is not None and len(named.keys) == 1
+            await asyncio.to_thread(sealing.store.for_partition(p).destroy_ids, named.keys)
+            value, _ = sealing.open(p, raw.value or b"", None)
+            assert b"erasure takes" not in value and b'"redacted":true' in value
+    finally:
+        await decider.kafka.close()
+        await asyncio.to_thread(sealing.close)
