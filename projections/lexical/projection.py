@@ -16,6 +16,7 @@ from memstream.projections.lexical.index import AgentIndex
 from memstream.projections.lexical.keyword import keyword
 from memstream.projections.lexical.text import keyword_terms, query_tokens
 from memstream.projections.scope import ScopeFilter
+from memstream.projections.vectors.sidecar import release_pages
 from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ class LexicalProjection:
                 try:
                     self.agents = sidecar.read(mv, name.removeprefix(f"{self.name}-"), rows_by_agent)
                     self._blob = name  # the one to keep when a restore drops stale sidecars
+                    release_pages(mv)  # the checksum read every page; queries read back the few they need
                     return
                 except (ValueError, KeyError, TypeError, IndexError, struct.error, orjson.JSONDecodeError) as exc:
                     log.warning("lexical sidecar %s unusable (%s); re-analysing the texts", name, exc)
