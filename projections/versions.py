@@ -239,11 +239,28 @@ class VersionsProjection:
 
     def to_snapshot(self) -> dict[str, Any]:
         order = [i for _, i in sorted(self._slot.items())]
-        transposed = zip(*map(self._fields, order), strict=True) if order else ((),) * len(_FIELDS)
-        cols: dict[str, Any] = {name: list(col) for name, col in zip(_FIELDS, transposed, strict=True)}
-        for name in _CODED:
-            cols[name] = coded(cols[name])
-        return {"format": VERSIONS_FORMAT, "fields": list(_FIELDS), "columns": cols}
+        names = self._names
+
+        def pick(col: Sequence[Any]) -> list[Any]:
+            return [col[i] for i in order]
+
+        def names_of(col: Sequence[int]) -> list[Any]:
+            # codes are 1:1 with names, so coding the codes codes the names in the same order
+            table, codes = coded(pick(col))
+            return [[names[c] for c in table], codes]
+
+        cols = [
+            pick(self._ref),
+            names_of(self._agent),
+            names_of(self._project),
+            pick(self._msg),
+            pick(self._version),
+            pick(self._written_at),
+            pick(self._written_off),
+            pick(self._verified_at),
+            pick(self._verified_off),
+        ]
+        return {"format": VERSIONS_FORMAT, "fields": list(_FIELDS), "columns": dict(zip(_FIELDS, cols, strict=True))}
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
         # ``by_msg`` is an index, not state: its order never matters (``superseded_by`` orders
