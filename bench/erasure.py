@@ -358,7 +358,8 @@ def _before_writer() -> Iterator[None]:
     decider finding the locks it overrides by reading every memory's facts; the decision state
     forgetting all of an agent's memories by filtering each index in Python; the agent's command
     memos scanned for reports to redact whether it declared anything or not; the sealer dropping
-    its opening keys one by one in Python."""
+    its opening keys one by one in Python on the writer; the answer looking up every erased
+    ref's history on the event loop whatever the log."""
     from memstream.streams.decision import dispatch
     from memstream.streams.decision.facts import AgentDecisionState
     from memstream.streams.decision.state import DecisionState
@@ -398,6 +399,18 @@ def _before_writer() -> Iterator[None]:
                 self._open.pop(key_id, None)
         forget_now(self, agent, scopes)
 
+    erase_engine_now = EmbeddedEngine.erase
+
+    async def erase_looking_up_history(self: EmbeddedEngine, command: Any) -> dict[str, Any]:
+        out = await erase_engine_now(self, command)
+        p = out.get("payload")
+        if p is not None:
+            offsets: list[int] = []
+            refs = [f"mem:{i}" for i in p["memory_ids"]] + [f"ep:{i}" for i in p["episode_ids"]]
+            await self.read(lambda: offsets.extend(o for r in refs for o in self.history.of(r)))
+        return out
+
+    EmbeddedEngine.erase = erase_looking_up_history  # type: ignore[method-assign]
     dispatch.decide_erase_agent = decide_by_scan
     AgentDecisionState.forget_memories = forget_memories_filtered  # type: ignore[method-assign]
     DecisionState._erase = staticmethod(erase_redacting_always)  # type: ignore[method-assign,assignment]
@@ -405,6 +418,7 @@ def _before_writer() -> Iterator[None]:
     try:
         yield
     finally:
+        EmbeddedEngine.erase = erase_engine_now  # type: ignore[method-assign]
         dispatch.decide_erase_agent = decide_now
         AgentDecisionState.forget_memories = forget_memories_now  # type: ignore[method-assign]
         DecisionState._erase = staticmethod(erase_now)  # type: ignore[method-assign,assignment]
