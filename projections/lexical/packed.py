@@ -56,12 +56,14 @@ class Packed(dict[str, V], Generic[V]):
         raise NotImplementedError
 
     def unpack(self, key: str) -> V | None:
-        """The entry of ``key`` taken out of the base and made the dict's own, or None when the
-        base does not hold it (it may still be unpacked: this looks at the base only)."""
-        row = self.base.pop(key, None)
+        """The entry of ``key`` taken out of the base and made the dict's own (or the one
+        already unpacked), or None when neither holds it. Two readers unpacking one key get the
+        same entry: it joins the dict (``setdefault``) before it leaves the base."""
+        row = self.base.get(key)
         if row is None:
-            return None
-        value = self[key] = self._value(row)
+            return dict.get(self, key)
+        value: V = dict.setdefault(self, key, self._value(row))
+        self.base.pop(key, None)
         return value
 
     own = dict.get
@@ -105,8 +107,11 @@ class Packed(dict[str, V], Generic[V]):
         return value
 
     def __delitem__(self, key: str) -> None:
-        if self.base.pop(key, None) is None:
-            super().__delitem__(key)
+        packed = self.base.pop(key, None) is not None
+        if dict.__contains__(self, key):
+            dict.__delitem__(self, key)
+        elif not packed:
+            raise KeyError(key)
 
     def unpack_all(self) -> None:
         for key in list(self.base):
