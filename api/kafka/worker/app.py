@@ -13,6 +13,7 @@ import os
 import socket
 import time
 import uuid
+from collections import Counter
 from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 
@@ -27,7 +28,7 @@ from starlette.routing import Route
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.faces.http import caller_of, json_response, tool_response
 from memstream.api.kafka.wire import PARTITION_HEADER, TRANSFER_TOOLS, route_partition
-from memstream.api.kafka.worker import checkpoints, erasure
+from memstream.api.kafka.worker import checkpoint_sweep, checkpoints, erasure
 from memstream.api.kafka.worker.append_fold import plan_feed
 from memstream.api.kafka.worker.checkpoints import checkpoint_dir
 from memstream.api.kafka.worker.engine import PartitionEngine
@@ -117,6 +118,13 @@ class Worker:
         # partition -> the models whose previous owner's pending erasures are being completed, and the task
         self._pending: dict[int, tuple[PartitionModels, asyncio.Task[None]]] = {}
         self.fed: set[int] = set()  # partitions the decider's agent feeds; paused in the tail
+        # Checkpoints of partitions not held here, deleted after an erasure (worker/checkpoint_sweep.py):
+        # the partitions whose checkpoint is being restored, captured or written (never deleted meanwhile),
+        # and those being deleted (a checkpoint or a restore of one waits for ``_sweep_lock``).
+        self._in_use: Counter[int] = Counter()
+        self._deleting: set[int] = set()
+        self._sweep_lock = asyncio.Lock()
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         if self._started:
@@ -134,12 +142,15 @@ class Worker:
         )
         await self._consumer.start()
         self._tail = asyncio.create_task(self._run_tail(), name="memstream-worker-tail")
+        if self.sealing is not None:
+            self._sweeper = asyncio.create_task(self._run_sweeps(), name="memstream-checkpoint-sweep")
 
     async def close(self) -> None:
-        if self._tail is not None:
-            self._tail.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._tail
+        for task in (self._tail, self._sweeper):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._consumer is not None:
             with contextlib.suppress(Exception):
                 await self._consumer.stop()
@@ -187,7 +198,15 @@ class Worker:
                 if tp.partition in kept:  # another owner may have appended in between: reads wait for it
                     self.models[tp.partition].target = max(self.models[tp.partition].target, end - 1)
                 else:
-                    self.models[tp.partition] = await self._open_models(tp.partition, end)
+                    self._in_use[tp.partition] += 1  # a sweep deciding meanwhile leaves its checkpoint
+                    try:
+                        await self._not_deleting(tp.partition)
+                        self.models[tp.partition] = await self._open_models(tp.partition, end)
+                    finally:
+                        self._in_use -= Counter({tp.partition: 1})
+                store = self.models[tp.partition].store
+                if store is not None:  # this worker is the directory's holder of it now
+                    await asyncio.to_thread(checkpoint_sweep.hold, store, self.worker_id)
                 # Also for a partition kept: another owner may have left erasures pending in between.
                 self._start_pending(self.models[tp.partition])
         if kept:
@@ -243,7 +262,9 @@ class Worker:
         models.checkpointing = True
         models.checkpoint_done.clear()
         written = False
+        self._in_use[models.partition] += 1  # before any await: a sweep deciding now skips it
         try:
+            await self._not_deleting(models.partition)
             async with models.lock:
                 offset = models.offset
                 if offset < 0 or offset == models.checkpoint_offset:
@@ -265,6 +286,7 @@ class Worker:
         except Exception as exc:  # a checkpoint is a shortcut: without one a restart folds more
             log.warning("partition %d: checkpoint failed (%s); will retry later", models.partition, exc)
         finally:
+            self._in_use -= Counter({models.partition: 1})
             models.checkpointing = False
             models.checkpoint_done.set()
             models.checkpoint_done.clear()
@@ -285,6 +307,8 @@ class Worker:
         await self.checkpoint(models)
         if models.checkpoint_offset is None:  # not written: no older one may keep the record
             await asyncio.to_thread(checkpoints.remove, models.store)
+            if self.models.get(models.partition) is models:  # still the directory's holder
+                await asyncio.to_thread(checkpoint_sweep.hold, models.store, self.worker_id)
             log.warning("partition %d: checkpoint removed after an erasure (rewriting it failed)", models.partition)
 
     async def settle(self, models: PartitionModels, offset: int, deadline_s: float = CATCH_UP_DEADLINE_S) -> None:
@@ -343,6 +367,53 @@ class Worker:
             if models is not None:
                 self.parked[p] = models
             self.fed.discard(p)
+
+    # -- checkpoints of partitions not held (api/kafka/worker/checkpoint_sweep.py) -----------------
+
+    async def _not_deleting(self, partition: int) -> None:
+        """Wait while a sweep deletes the partition's checkpoint files."""
+        if partition in self._deleting:
+            async with self._sweep_lock:
+                pass
+
+    async def _run_sweeps(self) -> None:
+        """Every ``SWEEP_EVERY_S``: when the key store saw a destruction or a partition's
+        erasure completed since the last sweep (and at start), delete the checkpoints of
+        partitions not held here that ``checkpoint_sweep.to_delete`` names."""
+        assert self.sealing is not None
+        keys = self.sealing.store
+        seen: tuple[int, list[int]] | None = None
+        destroyed = False
+        while True:
+            now = (keys.generation(), [keys.erased_through_of(p)[1] for p in range(self.cfg.partitions)])
+            if seen is not None and now[0] != seen[0]:
+                destroyed = True
+            if now != seen or destroyed:
+                try:
+                    destroyed = await self.sweep(destroyed, dict(enumerate(now[1])))
+                    seen = now
+                except Exception:  # retried at the next tick
+                    log.exception("deleting checkpoints of partitions not held here failed")
+            await asyncio.sleep(checkpoint_sweep.SWEEP_EVERY_S)
+
+    async def sweep(self, destroyed: bool, erased_last: dict[int, int]) -> bool:
+        """One sweep; True when a destruction is still to be applied (a checkpoint this worker
+        no longer holds was being written: deleted at the next sweep, after the write)."""
+        root = checkpoint_sweep.topic_root(self.settings.data_dir, self.cfg.events_topic)
+        on_disk = await asyncio.to_thread(checkpoint_sweep.scan, root)
+        held = set(self.models) if self.checkpoint_every > 0 else set()
+        # Parked (revoked, the rebalance's assignment not here yet): models kept across the
+        # rebalance go on naming their sidecars, so their files are decided after it.
+        busy = {p for p, n in self._in_use.items() if n > 0} | set(self.parked)
+        doomed = checkpoint_sweep.to_delete(on_disk.values(), held, busy, self.worker_id, erased_last, destroyed)
+        if doomed:
+            self._deleting = set(doomed)  # decided and marked with no await between
+            try:
+                async with self._sweep_lock:
+                    await asyncio.to_thread(checkpoint_sweep.delete, root, doomed)
+            finally:
+                self._deleting = set()
+        return destroyed and bool(set(on_disk) & busy - held)
 
     # -- fold-on-append (api/kafka/worker/append_fold.py) -------------------------------------------
 
