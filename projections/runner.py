@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -22,6 +23,9 @@ from memstream.streams.log.port import EventLog
 from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
+
+# Checkpoints loaded at once by ``restore`` (see there); the machine's cores bound what it buys.
+RESTORE_THREADS = 3
 
 
 class Projection(Protocol):
@@ -146,21 +150,35 @@ class ProjectionRunner:
     def restore(self) -> None:
         """Resume each projection from its checkpoint, when one is sound. A checkpoint that
         cannot be loaded (damaged, or written by an incompatible version) is discarded and
-        that projection starts empty: the log rebuilds it."""
-        if self.snapshots is None:
+        that projection starts empty: the log rebuilds it.
+
+        The checkpoints load on a few threads at once. Their own state is disjoint, and much
+        of a load runs without the GIL (reading the file, its sha256, a mapped sidecar's
+        checksum, numpy's copies), so one load's checksum overlaps another's parse: about an
+        eighth of a restore's samples at 100k memories were such work (py-spy, docs/benchmarks.md,
+        "Restart"). A load that raises leaves only its own read model to be refolded."""
+        snapshots = self.snapshots
+        if snapshots is None:
             return
-        with collector_paused():
-            for i, p in enumerate(self.projections):
-                body = self.snapshots.load(p.name)
-                if body is None:
-                    continue
-                try:
-                    p.load_snapshot(body["state"])
-                    p.offset = body["offset"]
-                except Exception as exc:
-                    log.warning("checkpoint of %s is unusable (%s); rebuilding it from the log", p.name, exc)
-                    fresh = self._factories[p.name]()
-                    self.projections[i] = self._by_name[p.name] = fresh
+
+        def load(p: Projection) -> Exception | None:
+            body = snapshots.load(p.name)
+            if body is None:
+                return None
+            try:
+                p.load_snapshot(body["state"])
+                p.offset = body["offset"]
+            except Exception as exc:  # the checkpoint is unusable, not the process
+                return exc
+            return None
+
+        with collector_paused(), ThreadPoolExecutor(RESTORE_THREADS, thread_name_prefix="memstream-restore") as pool:
+            unusable = list(pool.map(load, self.projections))
+        for i, (p, exc) in enumerate(zip(list(self.projections), unusable, strict=True)):
+            if exc is not None:
+                log.warning("checkpoint of %s is unusable (%s); rebuilding it from the log", p.name, exc)
+                fresh = self._factories[p.name]()
+                self.projections[i] = self._by_name[p.name] = fresh
 
     def checkpoint(self) -> None:
         if self.snapshots is not None:

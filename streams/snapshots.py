@@ -67,8 +67,11 @@ class SnapshotStore:
         try:
             if not raw.startswith(_MAGIC):
                 raise ValueError("bad magic")
-            header, _, payload = raw[len(_MAGIC) :].partition(b"\n")
-            digest, size = header.split(b" ")
+            end = raw.find(b"\n", len(_MAGIC))
+            if end < 0:
+                raise ValueError("no header")
+            digest, size = raw[len(_MAGIC) : end].split(b" ")
+            payload = memoryview(raw)[end + 1 :]  # not a copy: a checkpoint is up to ~150 MB at 1M memories
             if int(size) != len(payload) or hashlib.sha256(payload).hexdigest().encode() != digest:
                 raise ValueError("checksum mismatch")
             body: dict[str, Any] = orjson.loads(payload)
