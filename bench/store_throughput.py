@@ -144,25 +144,56 @@ def raw_append_rate(n: int, batch: int, with_vector: bool) -> float:
 # -- the embedder's own rates ------------------------------------------------------------------
 
 
-def model_rates(seconds: float = 8.0) -> dict[str, float]:
-    """Texts/s of the default embedder called directly in this process, one text per call and in
-    batches: the ceiling a server storing with it can reach (its stores wait on the model)."""
-    from memstream.api.services.embedding import load_embedder
+def store_content(tag: str, client: int, i: int) -> str:
+    """The text client ``client`` stores as its ``i``-th memory (the model's standalone rate is
+    measured on the same texts: their token counts set its cost)."""
+    return f"{tag} client {client} memory {i}: the deploy key for service {i % 97} rotates weekly"
 
-    emb = load_embedder()
-    template = "bench client {} memory {}: the deploy key for service {} rotates weekly"
-    texts = [template.format(i % 8, i, i % 97) for i in range(4_096)]
-    emb.embed(texts[:64])  # warm-up
-    out: dict[str, float] = {}
-    for batch in (1, 8, 64):
-        done, i, started = 0, 0, time.perf_counter()
-        while time.perf_counter() - started < seconds / 3:
-            chunk = texts[i % 4000 : i % 4000 + batch]
-            emb.embed(chunk)
-            done += len(chunk)
-            i += batch
-        out[f"texts_per_s_batch_{batch}"] = round(done / (time.perf_counter() - started), 1)
-    return out
+
+def cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system, every thread) used so far by ``pid`` (None: this process)."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class ModelRate:
+    """The default embedder called directly in this process (thread settings as the server's:
+    both read MEMSTREAM_EMBEDDING_THREADS), one text per call and in batches, on the texts the
+    8-client run stores: the ceiling a server storing with it can reach. ``measure`` runs a
+    window; the bench runs one before and one after each HTTP run with the embedder, so a ratio
+    compares figures taken under the same load."""
+
+    BATCHES = (1, 8, 64)  # 8: what 8 one-text clients form; 64: the batcher's cap
+
+    def __init__(self, clients: int = 8) -> None:
+        from memstream.api.services.embedding import load_embedder
+
+        self.emb = load_embedder()
+        self.texts = [store_content(f"default-{clients}", i % clients, i // clients) for i in range(4_096)]
+        self.emb.embed(self.texts[:64])  # warm-up
+
+    def measure(self, seconds: float = 6.0) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for batch in self.BATCHES:
+            done, i, started, cpu0 = 0, 0, time.perf_counter(), cpu_s()
+            while time.perf_counter() - started < seconds / len(self.BATCHES):
+                chunk = self.texts[i % 4000 : i % 4000 + batch]
+                self.emb.embed(chunk)
+                done += len(chunk)
+                i += batch
+            out[f"texts_per_s_batch_{batch}"] = round(done / (time.perf_counter() - started), 1)
+            out[f"cpu_ms_per_text_batch_{batch}"] = round(1000 * (cpu_s() - cpu0) / done, 3)
+        return out
+
+    @staticmethod
+    def best(window: dict[str, float]) -> float:
+        return max(v for k, v in window.items() if k.startswith("texts_per_s"))
+
+    @staticmethod
+    def cheapest(window: dict[str, float]) -> float:
+        return min(v for k, v in window.items() if k.startswith("cpu_ms_per_text"))
 
 
 # -- the server ---------------------------------------------------------------------------------
@@ -208,7 +239,10 @@ class Server:
             self.proc.kill()
 
 
-async def load(port: int, clients: int, per_client: int, tag: str) -> dict[str, Any]:
+async def load(port: int, clients: int, per_client: int, tag: str, server_pid: int | None = None) -> dict[str, Any]:
+    """``clients`` keep-alive clients storing ``per_client`` memories each; with ``server_pid``,
+    the CPU the server and this client process spent per store (a shared machine's load shifts
+    rates a lot, CPU costs less: other work slows the cores, it does not take their time)."""
     latencies: list[float] = []
     errors = 0
 
@@ -218,11 +252,7 @@ async def load(port: int, clients: int, per_client: int, tag: str) -> dict[str, 
         await conn.open()
         for i in range(per_client):
             body = orjson.dumps(
-                {
-                    "agent_id": f"agent-{n % 4}",
-                    "content": f"{tag} client {n} memory {i}: the deploy key for service {i % 97} rotates weekly",
-                    "id": f"{tag}-{n}-{i}",
-                }
+                {"agent_id": f"agent-{n % 4}", "content": store_content(tag, n, i), "id": f"{tag}-{n}-{i}"}
             )
             t = time.perf_counter()
             status, raw = await conn.post("/v1/tools/store", body)
@@ -232,10 +262,18 @@ async def load(port: int, clients: int, per_client: int, tag: str) -> dict[str, 
         await conn.close()
 
     started = time.perf_counter()
+    cpu0 = (cpu_s(), cpu_s(server_pid)) if server_pid is not None else None
     await asyncio.gather(*(one(n) for n in range(clients)))
     elapsed = time.perf_counter() - started
     lat = sorted(latencies)
+    cpu: dict[str, float] = {}
+    if cpu0 is not None:
+        cpu = {
+            "server_cpu_ms_per_store": round(1000 * (cpu_s(server_pid) - cpu0[1]) / len(lat), 3),
+            "client_cpu_ms_per_store": round(1000 * (cpu_s() - cpu0[0]) / len(lat), 3),
+        }
     return {
+        **cpu,
         "clients": clients,
         "stores": len(lat),
         "errors": errors,
@@ -246,7 +284,13 @@ async def load(port: int, clients: int, per_client: int, tag: str) -> dict[str, 
     }
 
 
-async def http_runs(embedders: list[str], clients: list[int], stores: int, syncs: list[str]) -> list[dict[str, Any]]:
+async def http_runs(
+    embedders: list[str], clients: list[int], stores: int, syncs: list[str], model: ModelRate | None = None
+) -> list[dict[str, Any]]:
+    """With ``model``, each run with the default embedder sits between two windows of the
+    model's standalone rate (the server idle meanwhile): ``ratio_to_model_batch_rate`` is its
+    stores/s over the mean of the two windows' best batch rates, ``model_cpu_share_of_store``
+    the model's cheapest CPU per text over the CPU per store (server and client)."""
     results = []
     for sync in syncs:
         for emb in embedders:
@@ -257,9 +301,21 @@ async def http_runs(embedders: list[str], clients: list[int], stores: int, syncs
                 await load(server.port, 2, 50, f"warm-{emb}")  # warm-up: model load, first commits
                 for c in clients:
                     per_client = max(1, stores // c)
-                    r = await load(server.port, c, per_client, f"{emb}-{c}")
+                    before = model.measure() if model is not None and emb == "default" else None
+                    r = await load(server.port, c, per_client, f"{emb}-{c}", server.proc.pid)
                     r["embedder"] = emb
                     r["sync"] = sync
+                    r["load"] = round(os.getloadavg()[0], 2)
+                    if before is not None and model is not None:
+                        after = model.measure()
+                        r["model_before"], r["model_after"] = before, after
+                        ceiling = (ModelRate.best(before) + ModelRate.best(after)) / 2
+                        r["ratio_to_model_batch_rate"] = round(r["stores_per_s"] / ceiling, 3)
+                        # The same question in CPU: the model's own cost per text at its cheapest
+                        # batch size over what a store cost the server and the client.
+                        model_cpu = (ModelRate.cheapest(before) + ModelRate.cheapest(after)) / 2
+                        store_cpu = r["server_cpu_ms_per_store"] + r["client_cpu_ms_per_store"]
+                        r["model_cpu_share_of_store"] = round(model_cpu / store_cpu, 3)
                     results.append(r)
                     print(json.dumps(r), flush=True)
             finally:
@@ -383,24 +439,20 @@ def main() -> None:
         "rows_per_s_batch_64_with_vector": round(raw_append_rate(args.raw_rows, 64, True)),
     }
     print(json.dumps(report["raw_append"]), flush=True)
-    if "default" in args.embedders.split(","):
-        report["model"] = model_rates()
-        print(json.dumps({"model": report["model"]}), flush=True)
+    model = ModelRate(max(int(x) for x in args.clients.split(","))) if "default" in args.embedders.split(",") else None
     report["http"] = asyncio.run(
         http_runs(
-            args.embedders.split(","), [int(x) for x in args.clients.split(",")], args.stores, args.sync.split(",")
+            args.embedders.split(","),
+            [int(x) for x in args.clients.split(",")],
+            args.stores,
+            args.sync.split(","),
+            model,
         )
     )
     base = report["raw_append"]["rows_per_s_batch_64_no_vector"]
     for r in report["http"]:
         r["ratio_to_raw_append_batch_64"] = round(r["stores_per_s"] / base, 3)
     by = {(r["embedder"], r["clients"]): r for r in report["http"]}
-    if "model" in report:
-        # Stores with the default embedder against the model's own best batch rate (same run).
-        ceiling = max(report["model"].values())
-        for r in report["http"]:
-            if r["embedder"] == "default":
-                r["ratio_to_model_batch_rate"] = round(r["stores_per_s"] / ceiling, 3)
     if ("none", 1) in by and ("default", 1) in by:
         # Everything but embedding as a share of a store's cost (1 client, sequential).
         report["non_embedding_share_of_store_cost"] = round(
