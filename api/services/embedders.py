@@ -32,6 +32,7 @@ class Embedders:
         self._others: dict[str, Embedder] = dict(embedders or {})
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")
         self._batchers: dict[int, EmbedBatcher] = {}  # by id() of the embedder they feed
+        self._model_ids: dict[int, str] = {}  # the same keys: each batcher's model, for the log
 
     @property
     def enabled(self) -> bool:
@@ -93,10 +94,23 @@ class Embedders:
                 max_wait_s=self.settings.embed_batch_wait_ms / 1000,
             )
             self._batchers[id(emb)] = batcher
+            self._model_ids[id(emb)] = emb.model_id
         return batcher
 
     async def _run_blocking(self, call: Callable[[], np.ndarray]) -> np.ndarray:
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def close(self) -> None:
+        for emb_id, batcher in self._batchers.items():
+            if batcher.calls:  # what the batching did, for an operator reading the log (INFO)
+                log.info(
+                    "embedder %s: %d texts in %d model calls (%.2f per call); %.1f s in calls, "
+                    "%.1f s idle while a request waited",
+                    self._model_ids.get(emb_id, "?"),
+                    batcher.texts,
+                    batcher.calls,
+                    batcher.texts / batcher.calls,
+                    batcher.busy_s,
+                    batcher.idle_waiting_s,
+                )
         self._pool.shutdown(wait=False)

@@ -286,3 +286,21 @@ async def test_the_model_s_idle_time_counts_only_while_a_request_waits() -> None
     await batcher.embed(["alone"])  # the model was free: it starts at once (10-12)
     assert (batcher.idle_waiting_s, batcher.busy_s) == (2.0, 6.0)
     assert model.batches == [["early"], ["during"], ["alone"]]
+
+
+async def test_closing_the_embedders_logs_what_the_batching_did(caplog: pytest.LogCaptureFixture) -> None:
+    """An operator reads the mean call size and the model's busy and idle-waiting time in the
+    log when the process stops (INFO); a model never called logs nothing."""
+    model = HashEmbedder()
+    embedders = Embedders(Settings(data_dir=Path("unused")), model)
+    await asyncio.gather(*(embedders.embed([f"memory {i}"], None) for i in range(4)))
+    embedders.batcher(HashEmbedder())  # made, never called
+    with caplog.at_level("INFO", logger="memstream.api.services.embedders"):
+        embedders.close()
+    lines = [r.getMessage() for r in caplog.records]
+    calls = embedders.batcher(model).calls
+    assert lines == [
+        f"embedder {model.model_id}: 4 texts in {calls} model calls ({4 / calls:.2f} per call); "
+        f"{embedders.batcher(model).busy_s:.1f} s in calls, {embedders.batcher(model).idle_waiting_s:.1f} s idle "
+        "while a request waited"
+    ]
