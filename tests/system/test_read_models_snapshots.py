@@ -34,3 +34,21 @@ def test_an_unusable_checkpoint_is_rebuilt_from_its_factory(tmp_path: Path) -> N
     assert vectors.offset == -1 and history.offset == -1 and runner.offset == -1
     assert vectors.blobs is snaps  # made by its factory: the constructor's arguments are kept
     assert vectors in runner.projections and history in runner.projections
+
+
+def test_restore_loads_the_sound_checkpoints_beside_an_unusable_one(tmp_path: Path) -> None:
+    """The checkpoints load on threads at once (``RESTORE_THREADS``): each sound one keeps what it
+    loaded, the unusable one alone is replaced, whatever order the loads finish in."""
+    snaps = SnapshotStore(tmp_path)
+    sound = ProjectionRunner(EmptyLog(), factories(snaps), snaps)  # type: ignore[arg-type]
+    history = sound.get(HISTORY)
+    history.apply(4, {"type": "memory.stored", "payload": {"id": 7}})
+    for i, p in enumerate(sound.projections):
+        p.offset = 10 + i
+    sound.checkpoint()
+    snaps.save("versions", {"offset": 3, "state": {"format": 99}})  # refused by its loader
+    runner = ProjectionRunner(EmptyLog(), factories(snaps), snaps)  # type: ignore[arg-type]
+    runner.restore()
+    for i, p in enumerate(runner.projections):
+        assert p.offset == (-1 if p.name == "versions" else 10 + i), p.name
+    assert runner.get(HISTORY).of("mem:7") == [4]
