@@ -255,7 +255,8 @@ def erase_path(variant: str, changes: str = "vectors") -> Iterator[None]:
     ``checkpoint``, the decision snapshot built on the writer thread; ``ewait``, both; ``kmig``,
     the four changes before those; ``eemb``, the four after them (``_before_eemb``);
     ``writer``, the erasure's step on the writer thread with its Python passes over the agent's
-    records (``_before_writer``). ``now``: as it is."""
+    records (``_before_writer``); ``listed``, the agent erasure's event listing every memory
+    and episode id (``_before_listed``). ``now``: as it is."""
     if variant == "now":
         yield
         return
@@ -269,6 +270,10 @@ def erase_path(variant: str, changes: str = "vectors") -> Iterator[None]:
         return
     if changes == "writer":
         with _before_writer():
+            yield
+        return
+    if changes == "listed":
+        with _before_listed():
             yield
         return
     with ExitStack() as undone:
@@ -403,10 +408,10 @@ def _before_writer() -> Iterator[None]:
 
     async def erase_looking_up_history(self: EmbeddedEngine, command: Any) -> dict[str, Any]:
         out = await erase_engine_now(self, command)
-        p = out.get("payload")
-        if p is not None:
+        if out.get("payload") is not None:
             offsets: list[int] = []
-            refs = [f"mem:{i}" for i in p["memory_ids"]] + [f"ep:{i}" for i in p["episode_ids"]]
+            memory_ids, episode_ids = out["dropped"] or ((), ())
+            refs = [f"mem:{i}" for i in memory_ids] + [f"ep:{i}" for i in episode_ids]
             await self.read(lambda: offsets.extend(o for r in refs for o in self.history.of(r)))
         return out
 
@@ -423,6 +428,43 @@ def _before_writer() -> Iterator[None]:
         AgentDecisionState.forget_memories = forget_memories_now  # type: ignore[method-assign]
         DecisionState._erase = staticmethod(erase_now)  # type: ignore[method-assign,assignment]
         Sealer.forget = forget_now  # type: ignore[method-assign]
+
+
+@contextmanager
+def _before_listed() -> Iterator[None]:
+    """The erase as it was before its event stopped naming the records (``--ab-of listed``):
+    ``agent.erased`` of everything of an agent lists every memory and episode id (sorted on
+    the writer thread; encoded there, parsed by the decision fold, the sealer and, in Kafka
+    mode, the key map), and every fold drops the ids it lists (streams/decision/whole_agent.py)."""
+    from memstream.streams.decision import dispatch
+
+    decide_now = dispatch.decide_erase_agent
+    dispatch.decide_erase_agent = decide_listing
+    try:
+        yield
+    finally:
+        dispatch.decide_erase_agent = decide_now
+
+
+def decide_listing(state: Any, st: Any, cmd: Any, ctx: Any) -> Any:
+    """``decide_erase_agent`` as it was before 'listed': the event lists every id."""
+    from memstream.streams.decision.erasure import decide_erase_agent
+    from memstream.streams.decision.verdict import accept
+
+    if cmd.source is not None:
+        return decide_erase_agent(state, st, cmd, ctx)
+    payload = {
+        "kind": "agent",
+        "source_digest": None,
+        "memory_ids": sorted(st.memories),
+        "episode_ids": sorted(st.episodes),
+        "profile": st.has_profile,
+        "agent_scope": True,
+        "scopes": None,
+        "locked_overridden": sorted(st.locked),
+        "reason": cmd.reason,
+    }
+    return accept(cmd, ctx, ("agent.erased", payload))
 
 
 @contextmanager
@@ -529,14 +571,14 @@ async def main() -> None:
     )
     ap.add_argument(
         "--ab-of",
-        choices=("vectors", "checkpoint", "ewait", "kmig", "eemb", "writer"),
+        choices=("vectors", "checkpoint", "ewait", "kmig", "eemb", "writer", "listed"),
         default="vectors",
         help="With --ab: which change 'before' undoes: the vector read model's bulk drop of an erased "
         "agent's rows (vectors), the decision snapshot built off the writer thread (checkpoint), "
         "both (ewait), the four earlier ones (kmig: lexical, decision state, key store, sealer), or the four "
         "after them (eemb: dropped structures freed in slices off the writer, the key pool's own lock, the "
         "collector paused and a short switch interval during the erasure), or the passes over the agent's "
-        "records its step on the writer thread made (writer).",
+        "records its step on the writer thread made (writer), or the event listing every id (listed).",
     )
     ap.add_argument("--ab-rounds", type=int, default=1, help="With --ab: rounds, the order alternating by round.")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "erasure.json")

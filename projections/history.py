@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from memstream.streams.decision.whole_agent import names_every_record
+
 FORMAT = 2
 _MAX_ID_DIGITS = 18  # fits int64
 
@@ -35,7 +37,7 @@ def refs_touched(ev: dict[str, Any]) -> list[str]:
         return [f"ep:{p['id']}"]
     if t == "standing.declared":
         return [p["ref"]]
-    if t == "agent_data.deleted":
+    if t == "agent_data.deleted" and not names_every_record(p):
         return [f"mem:{i}" for i in p["memory_ids"]] + [f"ep:{i}" for i in p["episode_ids"]]
     return []
 
@@ -128,8 +130,14 @@ class HistoryProjection:
     offsets: dict[str, int | list[int]] = field(default_factory=dict)
     # What a checkpoint held, by kind (read-only; the offsets above come after these).
     loaded: dict[str, _Kind] = field(default_factory=dict)
+    # agent -> the offsets of its erasures of everything (which name no record): each is in the
+    # history of every record of the agent first touched before it (``erasures_after``).
+    agent_erasures: dict[str, list[int]] = field(default_factory=dict)
 
     def apply(self, offset: int, ev: dict[str, Any]) -> None:
+        if ev["type"] == "agent_data.deleted" and names_every_record(ev["payload"]):
+            self.agent_erasures.setdefault(ev["scope"]["agent_id"], []).append(offset)
+            return
         for ref in refs_touched(ev):
             offsets = self.offsets.get(ref)
             if offsets is None:
@@ -150,6 +158,11 @@ class HistoryProjection:
         if since is None:
             return out
         return [*out, since] if isinstance(since, int) else [*out, *since]
+
+    def erasures_after(self, agent_id: str, first: int) -> list[int]:
+        """The offsets of the erasures of everything of ``agent_id`` after ``first`` (a record's
+        first offset): they erased that record, and belong in its history."""
+        return [o for o in self.agent_erasures.get(agent_id, ()) if o > first]
 
     def to_snapshot(self) -> dict[str, Any]:
         """Columns by kind, ids ascending (format 2): the same bytes whichever part of the
@@ -189,14 +202,18 @@ class HistoryProjection:
             kinds[name] = {"ids": _pack(np.diff(unique, prepend=0)), "counts": _pack(counts)}
             flat.append(offs)
         everything = np.concatenate(flat) if flat else np.empty(0, dtype=np.int64)
-        return {
+        body: dict[str, Any] = {
             "format": FORMAT,
             "kinds": kinds,
             "offsets": _pack(everything),
             "other": dict(sorted(other.items())),
         }
+        if self.agent_erasures:  # absent when none: a log without them digests as before
+            body["agent_erasures"] = dict(sorted(self.agent_erasures.items()))
+        return body
 
     def load_snapshot(self, body: dict[str, Any]) -> None:
+        self.agent_erasures = {intern(a): [int(o) for o in offs] for a, offs in body.get("agent_erasures", {}).items()}
         if body.get("format") != FORMAT:  # format 1: a dict of ref -> offsets
             self.offsets = {intern(k): v[0] if len(v) == 1 else list(v) for k, v in body["offsets"].items()}
             self.loaded = {}

@@ -8,6 +8,7 @@ reversed walk, not a sort.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from sys import intern
 from typing import Any, Final
@@ -15,6 +16,7 @@ from typing import Any, Final
 import orjson
 
 from memstream.projections.row_dicts import coded, decoded, field_names, row_dicts
+from memstream.streams.decision.whole_agent import names_every_record
 
 
 def shared(s: str | None) -> str | None:
@@ -180,6 +182,20 @@ def _switch_model(rows: dict[int, Any], by_agent: dict[str, dict[int, None]], ag
         rows[ident].embedding_model = model
 
 
+# The ids the last few erasures of everything of an agent dropped, by event id: the erasure's
+# answer lists them (its event names none). Not state: no snapshot holds them.
+ERASED_KEPT = 4
+
+
+class Dropped(OrderedDict[str, dict[int, None]]):
+    """Event id -> the ids an erasure of everything of an agent dropped (the last ``ERASED_KEPT``)."""
+
+    def keep(self, event_id: str, ids: dict[int, None]) -> None:
+        self[event_id] = ids
+        while len(self) > ERASED_KEPT:
+            self.popitem(last=False)
+
+
 @dataclass
 class MemoriesProjection:
     name: str = "memories"
@@ -187,6 +203,7 @@ class MemoriesProjection:
     rows: dict[int, MemoryRow] = field(default_factory=dict)
     by_agent: dict[str, dict[int, None]] = field(default_factory=dict)
     sources: Sources = field(default_factory=Sources, compare=False, repr=False)
+    erased: Dropped = field(default_factory=Dropped, compare=False, repr=False)
 
     def apply(self, offset: int, ev: dict[str, Any]) -> None:
         t = ev["type"]
@@ -219,6 +236,13 @@ class MemoriesProjection:
             self.by_agent.setdefault(new.agent_id, {})[new.id] = None
             return
         if t == "agent_data.deleted":
+            if names_every_record(p):
+                ids = self.by_agent.pop(ev["scope"]["agent_id"], {})
+                for mid in ids:
+                    self.rows.pop(mid, None)
+                self.sources.table.clear()
+                self.erased.keep(ev["id"], ids)
+                return
             for mid in p["memory_ids"]:
                 self._drop(mid)
             return
@@ -327,6 +351,7 @@ class EpisodesProjection:
     offset: int = -1
     rows: dict[int, EpisodeRow] = field(default_factory=dict)
     by_agent: dict[str, dict[int, None]] = field(default_factory=dict)
+    erased: Dropped = field(default_factory=Dropped, compare=False, repr=False)
 
     def apply(self, offset: int, ev: dict[str, Any]) -> None:
         t = ev["type"]
@@ -351,6 +376,11 @@ class EpisodesProjection:
             self.by_agent.setdefault(row.agent_id, {})[row.id] = None
         elif t == "episode.deleted":
             self._drop(p["id"])
+        elif t == "agent_data.deleted" and names_every_record(p):
+            ids = self.by_agent.pop(ev["scope"]["agent_id"], {})
+            for eid in ids:
+                self.rows.pop(eid, None)
+            self.erased.keep(ev["id"], ids)
         elif t == "agent_data.deleted":
             for eid in p["episode_ids"]:
                 self._drop(eid)

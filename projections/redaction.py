@@ -15,7 +15,9 @@ ERASURES: Final = frozenset({"record.erased", "agent.erased"})
 
 def fold_form(ev: dict[str, Any]) -> dict[str, Any]:
     """An erasure as the deletion the folds already know (``agent_data.deleted`` of its ids,
-    with ``erased`` and ``agent_scope`` for the folds that drop agent-wide data too)."""
+    with ``erased`` and ``agent_scope`` for the folds that drop agent-wide data too). An
+    erasure of everything of an agent names no ids: ``memory_ids`` and ``episode_ids`` are
+    None, and each fold drops every record of the agent it holds (``names_every_record``)."""
     if ev["type"] not in ERASURES:
         return ev
     p = ev["payload"]
@@ -23,8 +25,8 @@ def fold_form(ev: dict[str, Any]) -> dict[str, Any]:
         **ev,
         "type": "agent_data.deleted",
         "payload": {
-            "memory_ids": p["memory_ids"],
-            "episode_ids": p["episode_ids"],
+            "memory_ids": p.get("memory_ids"),
+            "episode_ids": p.get("episode_ids"),
             "profile": p["profile"],
             "kept_locked": [],
             "erased": True,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from memstream.projections.row_dicts import row_dicts
+from memstream.streams.decision.whole_agent import names_every_record
 
 # The standings a value cannot stand on alone (seed 003: everything short of ``fact``).
 SET_ASIDE: Final[frozenset[str]] = frozenset({"open", "noise", "ruled-out"})
@@ -55,6 +56,10 @@ class StandingsProjection:
             self.current.pop(f"mem:{p['id']}", None)
         elif t == "episode.deleted":
             self.current.pop(f"ep:{p['id']}", None)
+        elif t == "agent_data.deleted" and names_every_record(p):
+            agent = ev["scope"]["agent_id"]
+            for ref in [ref for ref, row in self.current.items() if row.agent_id == agent]:
+                del self.current[ref]
         elif t == "agent_data.deleted":
             for mid in p["memory_ids"]:
                 self.current.pop(f"mem:{mid}", None)

@@ -12,6 +12,7 @@ from sys import intern
 from typing import Any
 
 from memstream.projections.row_dicts import coded, decoded, field_names
+from memstream.streams.decision.whole_agent import names_every_record
 
 # Versions snapshots: 3 holds columns in the fields' order, agents and projects as a table and a
 # code per row (``coded``); 2 rows as lists of the fields; 1 a dict per row.
@@ -135,11 +136,22 @@ class VersionsProjection:
             self._drop(f"mem:{p['id']}")
         elif t == "episode.deleted":
             self._drop(f"ep:{p['id']}")
+        elif t == "agent_data.deleted" and names_every_record(p):
+            for ref in self._refs_of_agent(ev["scope"]["agent_id"]):
+                self._drop(ref)
         elif t == "agent_data.deleted":
             for mid in p["memory_ids"]:
                 self._drop(f"mem:{mid}")
             for eid in p["episode_ids"]:
                 self._drop(f"ep:{eid}")
+
+    def _refs_of_agent(self, agent_id: str) -> list[str]:
+        """The agent's live refs (an erasure of everything of it names none): one pass over
+        the agent column, on the fold's thread, not the bus's writer."""
+        code = self._code.get(agent_id)
+        if code is None:
+            return []
+        return [ref for ref, a in zip(self._ref, self._agent, strict=True) if a == code and ref]
 
     def _index(self, agent_id: str, msg_id: str, ref: str) -> None:
         key = (agent_id, msg_id)

@@ -189,7 +189,12 @@ def history(data_dir: Path | None, ref: str | None, agent: str | None, limit: in
             runner = ProjectionRunner(log, [HistoryProjection], SnapshotStore(settings.snapshot_dir))
             runner.restore()
             runner.catch_up()
-            records = log.read_offsets(runner.get(HISTORY).of(str(ref))[:limit])
+            offsets = runner.get(HISTORY).of(str(ref))
+            first = log.read_offsets(offsets[:1])
+            if first:  # an erasure of everything of the agent names no record: the history adds it
+                agent = history_entry(first[0])["scope"]["agent_id"]
+                offsets = sorted({*offsets, *runner.get(HISTORY).erasures_after(agent, offsets[0])})
+            records = log.read_offsets(offsets[:limit])
         for rec in records:
             click.echo(orjson.dumps(history_entry(rec)).decode())
     finally:

@@ -179,7 +179,8 @@ class EmbeddedEngine(NamedModels):
         # Only a log sealed part way has offsets an erasure cannot reach; elsewhere the answer does
         # not depend on them, and looking up 100k refs' history here holds the event loop.
         if self.log.sealed_from > 0:
-            refs = [f"mem:{i}" for i in p["memory_ids"]] + [f"ep:{i}" for i in p["episode_ids"]]
+            listed = done["dropped"] or ((), ())
+            refs = [f"mem:{i}" for i in listed[0]] + [f"ep:{i}" for i in listed[1]]
             await self.read(lambda: offsets.extend(o for r in refs for o in self.history.of(r)))
             if p["agent_scope"]:
                 offsets.append(0)  # agent-wide data may be anywhere in the log
@@ -189,6 +190,7 @@ class EmbeddedEngine(NamedModels):
             "payload": p,
             "keys_destroyed": done["keys_destroyed"],
             "unreachable": erasure.unreachable(self.log, offsets),
+            "dropped": done["dropped"],
         }
 
     async def settle(self, *, checkpoint: bool = False) -> None:

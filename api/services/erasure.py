@@ -9,15 +9,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import orjson
 
 from memstream.api.services.settings import Settings
-from memstream.projections.runner import ProjectionRunner
+from memstream.projections.catalog import EPISODES, MEMORIES
+from memstream.projections.runner import Projection, ProjectionRunner, pick
 from memstream.streams.buses.embedded import EmbeddedCommandBus
 from memstream.streams.commands import Command, EraseAgentData, EraseMemory
+from memstream.streams.decision.whole_agent import names_every_record
 from memstream.streams.events import Actor, Scope, decode, utcnow
 from memstream.streams.folding import collector_paused
 from memstream.streams.log.sealing import ERASURE_TYPES
@@ -28,6 +31,9 @@ log = logging.getLogger(__name__)
 
 LEDGER_NAME = "erasure-ledger.jsonl"
 LEDGER_ENV = "MEMSTREAM_ERASURE_LEDGER"
+
+# The memory and episode ids an erasure took (None: not known in this process any more).
+Dropped = tuple[Iterable[int], Iterable[int]] | None
 
 
 class ErasingEngine(Protocol):
@@ -60,8 +66,9 @@ def ledger_entry(offset: int, ev: dict[str, Any]) -> dict[str, Any]:
         "agent_id": ev["scope"]["agent_id"],
         "type": ev["type"],
         "kind": p["kind"],
-        "memory_ids": p["memory_ids"],
-        "episode_ids": p["episode_ids"],
+        # None for an erasure of everything of the agent: its restore erases the agent again.
+        "memory_ids": p.get("memory_ids"),
+        "episode_ids": p.get("episode_ids"),
         "agent_scope": p["agent_scope"],
         "scopes": p["scopes"],
     }
@@ -195,12 +202,25 @@ async def _complete(engine: ErasingEngine, offset: int, data_dir: Path) -> dict[
     records = await loop.run_in_executor(None, engine.log.read_offsets, [offset])
     ev = decode(records[0].value)
     await engine.settle()  # every read model drops the record
+    dropped = dropped_by(engine.runner.projections, ev)
     destroyed = await loop.run_in_executor(None, destroy_keys, engine.log, offset, ev)
     await _rewrite_checkpoints(engine)
     await loop.run_in_executor(None, append_ledger, data_dir, ledger_entry(offset, ev))
     if engine.log.sealer is not None:
         engine.log.sealer.keys.mark_erased(offset)
-    return {"event": ev, "keys_destroyed": destroyed}
+    return {"event": ev, "keys_destroyed": destroyed, "dropped": dropped}
+
+
+def dropped_by(projections: Sequence[Projection], ev: dict[str, Any]) -> Dropped:
+    """The memory and episode ids an erasure took, for its answer: listed by the event, or, for
+    an erasure of everything of an agent (which names none), what the read models dropped when
+    they folded it (``None`` when they folded it before this process started: a retry)."""
+    p = ev["payload"]
+    if not names_every_record(p):
+        return p["memory_ids"], p["episode_ids"]
+    by_name = {m.name: m for m in projections}
+    memories, episodes = pick(by_name, MEMORIES).erased.get(ev["id"]), pick(by_name, EPISODES).erased.get(ev["id"])
+    return None if memories is None or episodes is None else (memories, episodes)
 
 
 async def _rewrite_checkpoints(engine: ErasingEngine) -> None:

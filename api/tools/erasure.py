@@ -10,6 +10,7 @@ operator answers its data subjects' requests); ``erase_agent_data`` needs an adm
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import Field, StrictStr
@@ -20,6 +21,7 @@ from memstream.api.tools.common import Id, Name, WriteArgs, envelope
 from memstream.api.tools.registry import Caller, Tool, register
 from memstream.streams import commands as c
 from memstream.streams.commands import MAX_ERASE_REASON
+from memstream.streams.decision.whole_agent import names_every_record
 from memstream.streams.events import parse_ref
 
 REFS_INLINE = 1_000  # more refs than this in an answer are made on a thread (``_report``)
@@ -61,17 +63,25 @@ async def _report(done: dict[str, Any], agent_id: str) -> dict[str, Any]:
         mark_failure(out.error or "rejected")
         return {"ok": False, "error": out.reason or "rejected"}
     p = done["payload"]
+    # The ids: the event's lists, or, for an erasure of everything of an agent (whose event
+    # names none), what the read models dropped (none known on a retry after a restart: the
+    # counts still come from the event).
+    memory_ids, episode_ids = done["dropped"] or ((), ())
+    if names_every_record(p):
+        memories, episodes = p["memories"], p["episodes"]
+    else:
+        memories, episodes = len(p["memory_ids"]), len(p["episode_ids"])
     # An agent's 100k refs are made on a thread: on the event loop they held every other
     # agent's call that the server was answering (a Kafka worker's loop also decides writes).
-    many = len(p["memory_ids"]) + len(p["episode_ids"]) > REFS_INLINE
-    refs = await asyncio.to_thread(_refs, p) if many else _refs(p)
+    many = memories + episodes > REFS_INLINE
+    refs = await asyncio.to_thread(_refs, memory_ids, episode_ids) if many else _refs(memory_ids, episode_ids)
     return {
         "ok": True,
         "agent_id": agent_id,
         "kind": p["kind"],
         "erased": refs,
-        "erased_memories": len(p["memory_ids"]),
-        "erased_episodes": len(p["episode_ids"]),
+        "erased_memories": memories,
+        "erased_episodes": episodes,
         "erased_profile": p["profile"],
         "locked_overridden": [f"mem:{i}" for i in p["locked_overridden"]],
         "keys_destroyed": done["keys_destroyed"],
@@ -80,8 +90,8 @@ async def _report(done: dict[str, Any], agent_id: str) -> dict[str, Any]:
     }
 
 
-def _refs(payload: dict[str, Any]) -> list[str]:
-    return [f"mem:{i}" for i in payload["memory_ids"]] + [f"ep:{i}" for i in payload["episode_ids"]]
+def _refs(memory_ids: Iterable[int], episode_ids: Iterable[int]) -> list[str]:
+    return [f"mem:{i}" for i in sorted(memory_ids)] + [f"ep:{i}" for i in sorted(episode_ids)]
 
 
 async def erase_memory(engine: Engine, caller: Caller, args: EraseMemoryArgs) -> dict[str, Any]:

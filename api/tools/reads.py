@@ -280,6 +280,12 @@ async def history(engine: Engine, caller: Caller, args: HistoryArgs) -> dict[str
     events = [history_entry(r) for r in await resolved(engine.log.read_offsets(offsets[: args.limit]))]
     if args.agent_id and any(e["scope"]["agent_id"] != args.agent_id for e in events):
         events = []
+    if events:  # an erasure of everything of the agent names no record: the history adds it
+        agent = events[0]["scope"]["agent_id"]
+        erased = await engine.read(lambda: engine.history.erasures_after(agent, offsets[0]))
+        if erased:
+            offsets = sorted({*offsets, *erased})[: args.limit]
+            events = [history_entry(r) for r in await resolved(engine.log.read_offsets(offsets))]
     if not events:
         return {"ok": False, "error": f"no history for {ref}"}
     return {"ref": ref, "events": events, "count": len(events)}

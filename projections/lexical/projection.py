@@ -17,6 +17,7 @@ from memstream.projections.lexical.keyword import keyword
 from memstream.projections.lexical.text import keyword_terms, query_tokens
 from memstream.projections.scope import ScopeFilter
 from memstream.projections.vectors.sidecar import release_pages
+from memstream.streams.decision.whole_agent import names_every_record
 from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,9 @@ class LexicalProjection:
         elif t == "agent_data.deleted":
             p = ev["payload"]
             idx = self.agents.get(ev["scope"]["agent_id"])
-            if idx is not None:
+            if idx is not None and names_every_record(p):
+                idx.remove_many(list(idx.slot_of))  # every record of the agent: all its rows
+            elif idx is not None:
                 refs = [f"mem:{mid}" for mid in p.get("memory_ids", ())]
                 idx.remove_many(refs + [f"ep:{eid}" for eid in p.get("episode_ids", ())])
 

@@ -18,6 +18,7 @@ from memstream.projections.vectors.content_hash import MOD, ghost_hash, model_ha
 from memstream.projections.vectors.graph import Graph, HnswConfig, add_pending
 from memstream.projections.vectors.rows import EP, KIND_OF, MEM, Hit, ref_of, row_key
 from memstream.projections.vectors.segment import Segment, inv_norm
+from memstream.streams.decision.whole_agent import names_every_record
 from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -130,8 +131,11 @@ class VectorProjection:
         else:  # agent_data.deleted, or an erasure (projections/redaction.py)
             ag = self._agents.get(agent_id)
             if ag is not None:
-                keys = [row_key(MEM, mid) for mid in p.get("memory_ids", ())]
-                keys += [row_key(EP, eid) for eid in p.get("episode_ids", ())]
+                if names_every_record(p):  # every record of the agent: all its rows and ghosts
+                    keys = [k for seg in ag.segs.values() for k in seg.live_keys()] + list(ag.ghosts)
+                else:
+                    keys = [row_key(MEM, mid) for mid in p.get("memory_ids", ())]
+                    keys += [row_key(EP, eid) for eid in p.get("episode_ids", ())]
                 built: list[tuple[str, Graph]] = []
                 if p.get("erased"):
                     # A graph only marks a removed node: its vector stays in the index and its

@@ -53,24 +53,31 @@ def decide_erase_agent(
 ) -> Decision:
     if cmd.source is not None:
         memory_ids = sorted(mid for mid, f in st.memories.items() if f.source_id == source_id_of({"id": cmd.source}))
-        episode_ids: list[int] = []
-        scopes: list[str] | None = [f"mem:{i}" for i in memory_ids]
-        profile = agent_scope = False
-    else:
-        memory_ids = sorted(st.memories)
-        episode_ids = sorted(st.episodes)
-        scopes = None  # every key of the agent, records' and agent-wide
-        profile, agent_scope = st.has_profile, True
+        scopes = [f"mem:{i}" for i in memory_ids]
+        payload = {
+            "kind": "source",
+            "source_digest": source_digest(cmd.source),
+            "memory_ids": memory_ids,
+            "episode_ids": [],
+            "profile": False,
+            "agent_scope": False,
+            "scopes": scopes,
+            "locked_overridden": sorted(st.locked.intersection(memory_ids)),
+            "reason": cmd.reason,
+        }
+        return accept(cmd, ctx, ("agent.erased", payload))
+    # Everything of the agent: the event names no record, only how many there were (for the
+    # answer); every consumer takes the ids from its own state (streams/decision/whole_agent.py).
     payload = {
-        "kind": "source" if cmd.source is not None else "agent",
-        "source_digest": source_digest(cmd.source) if cmd.source is not None else None,
-        "memory_ids": memory_ids,
-        "episode_ids": episode_ids,
-        "profile": profile,
-        "agent_scope": agent_scope,
-        "scopes": scopes,
+        "kind": "agent",
+        "source_digest": None,
+        "memories": len(st.memories),
+        "episodes": len(st.episodes),
+        "profile": st.has_profile,
+        "agent_scope": True,
+        "scopes": None,  # every key of the agent, records' and agent-wide
         # The fold keeps the locked ids (``st.locked``): no pass over every memory's facts.
-        "locked_overridden": sorted(st.locked if scopes is None else st.locked.intersection(memory_ids)),
+        "locked_overridden": sorted(st.locked),
         "reason": cmd.reason,
     }
     return accept(cmd, ctx, ("agent.erased", payload))

@@ -76,6 +76,13 @@ class AgentDecisionState:
         gone = sum(1 for f in self.memories.values() if model not in f.models)
         return gone + sum(1 for models in self.episodes.values() if model not in models)
 
+    def forget_records(self) -> None:
+        """Every memory and episode at once (an erasure of everything of the agent): the indexes
+        are swapped for empty ones, with no pass over them, and freed off the writer thread."""
+        old = (self.memories, self.by_msg, self.by_content, self.locked, self.episodes)
+        self.memories, self.by_msg, self.by_content, self.locked, self.episodes = {}, {}, {}, set(), {}
+        release_later(*old)  # freed a slice at a time (streams/release.py)
+
     def forget_memories(self, memory_ids: list[int]) -> None:
         """``forget_memory`` of each. Most of the agent at once (an erasure of all its data) is
         filtered out of each index in one pass instead: 100k ids one by one took 0.44 s of the

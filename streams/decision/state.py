@@ -14,6 +14,7 @@ from memstream.streams.decision.facts import AgentDecisionState, MemoryFacts, in
 from memstream.streams.decision.keys import content_key, source_id_of
 from memstream.streams.decision.memo import memo_from_json, memo_of_event, memo_to_json
 from memstream.streams.decision.snapshot import memories_from_columns, memories_to_columns
+from memstream.streams.decision.whole_agent import names_every_record
 
 # Events a destroyed key leaves nothing of for the rules (the others' clear ids suffice).
 REDACTED_SKIPS: Final = frozenset(
@@ -168,9 +169,12 @@ class DecisionState:
     @staticmethod
     def _erase(st: AgentDecisionState, p: dict[str, Any]) -> None:
         """Leave the state as a replay leaves it once the erased keys are gone (docs/erasure.md)."""
-        st.forget_memories(p["memory_ids"])
-        for eid in p["episode_ids"]:
-            st.episodes.pop(eid, None)
+        if names_every_record(p):
+            st.forget_records()
+        else:
+            st.forget_memories(p["memory_ids"])
+            for eid in p["episode_ids"]:
+                st.episodes.pop(eid, None)
         if p.get("agent_scope"):
             st.has_profile = False
             if st.assoc is not None:

@@ -134,7 +134,7 @@ async def test_erasure_through_the_router_reaches_every_copy(
             await stored(http, "alice", OTHER)
             verified = await http.call("verify_memory", {"memory_id": mid, "note": "Zebulon confirmed"})
             assert verified.get("ok") is not False, verified
-            await stored(http, "frank", FRANK, lock=True)
+            frank_mid = await stored(http, "frank", FRANK, lock=True)
             await http.call("update_profile", {"agent_id": "frank", "profile": "Frank Quillbottom, likes herons"})
             assoc = {"entities": [{"name": "Zebulon Quartermaine"}]}
             await http.call("declare_associations", {"agent_id": "frank", "associations": assoc})
@@ -163,6 +163,13 @@ async def test_erasure_through_the_router_reaches_every_copy(
             assert frank["ok"] is True, frank
             assert frank["erased_memories"] == 1 and frank["erased_profile"] is True
             assert frank["locked_overridden"]  # the lock did not stop it
+            # Its event names no record: the answer's refs are what the partition's read models
+            # dropped, and the memory's history lists the erasure (streams/decision/whole_agent.py).
+            assert frank["erased"] == [f"mem:{frank_mid}"], frank
+            told = await http.call("history", {"ref": f"mem:{frank_mid}"})
+            last = told["events"][-1]
+            assert last["type"] == "agent.erased" and last["change"]["reason"] == "account closed", told
+            assert "memory_ids" not in last["change"]
 
             for face in (http, mcp):
                 text = await reads(face, "alice", "saffron nougat allergy", mid)

@@ -14,6 +14,7 @@ import pytest
 from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.settings import Settings
+from memstream.streams.events import decode
 from tests.support.calls import call
 from tests.support.embedders import HashEmbedder
 
@@ -86,7 +87,7 @@ async def test_erase_memory_leaves_no_plaintext_nor_vector(engine: EmbeddedEngin
     secret_id = await store(engine, "alice", SECRET, source={"type": "user", "id": "zq"}, metadata={"who": "Zebulon"})
     other_id = await store(engine, "alice", OTHER)
     await call(engine, "verify_memory", memory_id=secret_id, note="Zebulon confirmed")
-    before = (await call(engine, "recall", agent_id="alice", query="saffron nougat allergy"))
+    before = await call(engine, "recall", agent_id="alice", query="saffron nougat allergy")
     assert "Zebulon" in repr(before)
     engine.runner.checkpoint()  # a checkpoint that knows the record: the erasure must rewrite it
     out = await call(engine, "erase_memory", agent_id="alice", memory_id=secret_id, reason="data subject request")
@@ -156,11 +157,45 @@ async def test_erase_refuses_bad_input_and_other_agents_records(engine: Embedded
     assert SECRET in repr(await call(engine, "list_memories", agent_id="dave"))
 
 
-async def test_erase_agent_data_takes_everything_of_the_agent(engine: EmbeddedEngine, settings: Settings) -> None:
-    await store(engine, "frank", SECRET, lock=True)
-    await store(engine, "frank", OTHER)
+def decide_listing(state: Any, st: Any, cmd: Any, ctx: Any) -> Any:
+    """``decide_erase_agent`` as it was before the event stopped naming the records: logs written
+    then hold ``agent.erased`` listing every memory and episode id, and must fold as before."""
+    from memstream.streams.decision.erasure import decide_erase_agent
+    from memstream.streams.decision.verdict import accept
+
+    if cmd.source is not None:
+        return decide_erase_agent(state, st, cmd, ctx)
+    payload = {
+        "kind": "agent",
+        "source_digest": None,
+        "memory_ids": sorted(st.memories),
+        "episode_ids": sorted(st.episodes),
+        "profile": st.has_profile,
+        "agent_scope": True,
+        "scopes": None,
+        "locked_overridden": sorted(st.locked),
+        "reason": cmd.reason,
+    }
+    return accept(cmd, ctx, ("agent.erased", payload))
+
+
+@pytest.mark.parametrize("form", ["names_none", "listed"])
+async def test_erase_agent_data_takes_everything_of_the_agent(
+    engine: EmbeddedEngine, settings: Settings, form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``names_none``: the event names no record (every consumer takes the agent's ids from its
+    own state); ``listed``: an event as written before, listing every id, folds as it did."""
+    if form == "listed":
+        from memstream.streams.decision import dispatch
+
+        monkeypatch.setattr(dispatch, "decide_erase_agent", decide_listing)
+    secret = await store(engine, "frank", SECRET, lock=True)
+    other = await store(engine, "frank", OTHER)
+    # A memory deleted before the erasure: its history shows the erasure too (its key dies with it).
+    gone = await store(engine, "frank", "deleted before the erasure")
+    assert (await call(engine, "delete_memory", agent_id="frank", memory_id=gone))["ok"] is not False
     await call(engine, "update_profile", agent_id="frank", profile="Frank Quillbottom, likes Zebulon")
-    await call(engine, "archive_episode", agent_id="frank", summary="Zebulon and Frank argued about nougat")
+    archived = await call(engine, "archive_episode", agent_id="frank", summary="Zebulon and Frank argued about nougat")
     await call(
         engine,
         "declare_associations",
@@ -175,6 +210,17 @@ async def test_erase_agent_data_takes_everything_of_the_agent(engine: EmbeddedEn
     out = await call(engine, "erase_agent_data", agent_id="frank", reason="account closed")
     assert out["ok"] is True, out
     assert out["erased_memories"] == 2 and out["erased_episodes"] == 1 and out["erased_profile"] is True
+    episode = next(r for r in out["erased"] if r.startswith("ep:"))
+    assert out["erased"] == [f"mem:{secret}", f"mem:{other}", episode], archived
+    assert out["locked_overridden"] == [f"mem:{secret}"]
+    [rec] = engine.log.read(0, types=("agent.erased",), vectors=False)
+    assert ("memory_ids" in decode(rec.value)["payload"]) == (form == "listed")
+    refs = [f"mem:{secret}", f"mem:{other}", episode]
+    for ref in refs + ([f"mem:{gone}"] if form != "listed" else []):
+        told = await call(engine, "history", ref=ref)
+        last = told["events"][-1]
+        assert last["type"] == "agent.erased" and last["change"]["reason"] == "account closed", (ref, told)
+        assert last["actor"]["client_id"] and last["at"] and last["change"]["kind"] == "agent"
     needles = [*secret_needles(SECRET), *vector_forms(OTHER), OTHER.encode(), b"Quillbottom", b"Zebulon"]
     assert hits(settings.data_dir, needles) == []
     text = await reads_of(engine, "frank", "nougat argued likes")
@@ -187,6 +233,8 @@ async def test_erase_agent_data_takes_everything_of_the_agent(engine: EmbeddedEn
     # The agent goes on: new data is sealed under new keys and readable.
     await call(engine, "update_profile", agent_id="frank", profile="a fresh start")
     assert "a fresh start" in repr(await call(engine, "get_profile", agent_id="frank"))
+    later = await store(engine, "frank", "stored after the erasure")
+    assert [e["type"] for e in (await call(engine, "history", ref=f"mem:{later}"))["events"]] == ["memory.stored"]
     rebuild_equal(settings)
 
 
@@ -203,7 +251,7 @@ async def test_erase_agent_data_by_source(engine: EmbeddedEngine, settings: Sett
 async def test_as_of_before_the_erasure_never_shows_it(engine: EmbeddedEngine) -> None:
     mid = await store(engine, "ivan", SECRET)
     await store(engine, "ivan", OTHER)
-    stamp = (await call(engine, "list_memories", agent_id="ivan"))
+    stamp = await call(engine, "list_memories", agent_id="ivan")
     assert SECRET in repr(stamp)
     point = engine.log.end_offset() - 1
     assert (await call(engine, "erase_memory", agent_id="ivan", memory_id=mid, reason="request"))["ok"]

@@ -102,6 +102,7 @@ class PartitionEngine(NamedModels):
             "payload": ev["payload"],
             "keys_destroyed": done["keys_destroyed"],
             "unreachable": done["unreachable"],
+            "dropped": done["dropped"],
         }
 
     async def refuse(self, record: AuditRecord) -> None:

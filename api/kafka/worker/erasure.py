@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from memstream.api.kafka.worker.models import PartitionModels
-from memstream.api.services.erasure import append_ledger, ledger_entry
+from memstream.api.services.erasure import append_ledger, dropped_by, ledger_entry
 from memstream.api.services.settings import Settings
 from memstream.streams.deciders.sealing import KafkaSealing
 from memstream.streams.events import decode
@@ -154,6 +154,7 @@ async def complete(
     [rec] = await worker.announcer.read(partition, offset, offset + 1, vectors=False)
     ev = decode(rec.value)
     await settle(offset)  # every read model of the partition drops the record
+    dropped = dropped_by(models.projections, ev)
     steps.done("fold")
     # Paused collector, short switches: as for the fold (``Worker._fold_erasure``).
     with collector_paused(), short_switches():
@@ -169,7 +170,7 @@ async def complete(
     steps.done("ledger")
     log.info("erasure at offset %d of partition %d completed: %d key(s) destroyed; %s", offset, partition,
              destroyed, steps)  # fmt: skip
-    return {"event": ev, "offset": offset, "keys_destroyed": destroyed, "unreachable": left}
+    return {"event": ev, "offset": offset, "keys_destroyed": destroyed, "unreachable": left, "dropped": dropped}
 
 
 async def complete_pending(
