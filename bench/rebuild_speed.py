@@ -5,6 +5,11 @@ the limits it runs against: SQLite's sequential read of the log.
     python bench/rebuild_speed.py                      # 100k memories
     python bench/rebuild_speed.py --sizes 100000,1000000 --keep /tmp/rebuild-data
     python bench/rebuild_speed.py --sizes 1000000 --keep /tmp/rebuild-data --reaches 0   # reuse it
+    python bench/rebuild_speed.py --data /tmp/copy-of-1m --reaches 0    # rebuild a filled directory
+
+Before and after in one session: run it with ``PYTHONPATH=DIR`` (DIR holding another tree's
+``memstream/{api,projections,streams}``, as bench/restart.py's ``--before-code``) on one copy of
+the data and without on another, alternating.
 
 The corpus and its vectors are recall_latency.py's (WordNet definitions, MiniLM-L6 int8 vectors
 from vector_search.py's cache; needs `apt-get install wordnet-base`). The fill goes straight
@@ -20,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -66,6 +72,12 @@ def log_read_rate(settings: Any) -> dict[str, float]:
     return out
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished children (the rebuild's second process)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def checkpoint(settings: Any) -> float:
     """Start and close an engine on the directory: it folds the log and writes its checkpoints."""
     from memstream.api.services.engine import EmbeddedEngine
@@ -77,11 +89,13 @@ async def checkpoint(settings: Any) -> float:
     return time.perf_counter() - started
 
 
-def one_size(n: int, workload: Any, work: Path, reaches: list[int]) -> dict[str, Any]:
+def one_size(
+    n: int, workload: Any, work: Path, reaches: list[int], data: Path | None = None, log_read: bool = True
+) -> dict[str, Any]:
     from memstream.api.services.rebuild import rebuild_all
     from memstream.api.services.settings import Settings
 
-    data = work / f"n{n}"
+    data = data or work / f"n{n}"
     settings = Settings(data_dir=data)
     fill: dict[str, Any] | None = None
     checkpoint_s: float | None = None
@@ -101,8 +115,10 @@ def one_size(n: int, workload: Any, work: Path, reaches: list[int]) -> dict[str,
     # By default: no vector graphs (reach 0), then graphs (a reach past the window), twice.
     for reach in reaches:
         started, cpu = time.perf_counter(), time.process_time()
+        children = _children_cpu()
         report = rebuild_all(settings.model_copy(update={"vector_reach": reach}))
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        children = _children_cpu() - children  # the rebuild's second process, if it ran one
         recall_latency.log(f"{n}: rebuilt with reach {reach} in {wall:.1f} s (equal: {report['equal']})")
         runs.append(
             {
@@ -110,19 +126,22 @@ def one_size(n: int, workload: Any, work: Path, reaches: list[int]) -> dict[str,
                 "vector_graphs": reach > 0,
                 "wall_s": round(wall, 2),
                 "cpu_s": round(cpu, 2),  # usearch's add threads included
+                "second_process_cpu_s": round(children, 2),
+                "load": os.getloadavg(),
                 "equal": report["equal"],
                 "phases_s": report.get("phases_s"),
                 "fold_events_per_s": report["events_per_second"],
             }
         )
     return {
-        "memories": n,
+        "memories": n or None,
+        "data": str(data),
         "events": report["events"],
         "fill": fill,
         "checkpoint_s": None if checkpoint_s is None else round(checkpoint_s, 2),
         "checkpoint_cpu_s": None if checkpoint_cpu_s is None else round(checkpoint_cpu_s, 2),
         "rebuilds": runs,
-        "log_read": log_read_rate(settings),
+        "log_read": log_read_rate(settings) if log_read else None,
         "data_dir_mb": round(sum(p.stat().st_size for p in data.rglob("*") if p.is_file()) / 2**20),
     }
 
@@ -131,26 +150,32 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100000")
     ap.add_argument("--keep", type=Path, default=None, help="keep the data directories here")
+    ap.add_argument("--skip-log-read", action="store_true", help="leave out the log's read rate (the limit)")
+    ap.add_argument("--data", type=Path, default=None, help="rebuild this filled directory (no fill; --sizes unused)")
     ap.add_argument("--reaches", default="0,50000,0,50000", help="one rebuild per vector reach, in order")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "rebuild_speed.json")
     args = ap.parse_args(argv)
     for k in [k for k in os.environ if k.startswith("MEMSTREAM_")]:
         del os.environ[k]
-    work = args.keep or Path(tempfile.mkdtemp(prefix="ms-rebuild-"))
+    work = args.keep or (args.data.parent if args.data else Path(tempfile.mkdtemp(prefix="ms-rebuild-")))
     work.mkdir(parents=True, exist_ok=True)
-    workload = recall_latency.Workload(1)
+    workload = recall_latency.Workload(1) if args.data is None else None
     report: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python bench/rebuild_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "load_start": os.getloadavg()},
         "sizes": [],
     }
+    reaches = [int(r) for r in args.reaches.split(",")]
     try:
-        for n in (int(x) for x in args.sizes.split(",") if x):
-            report["sizes"].append(one_size(n, workload, work, [int(r) for r in args.reaches.split(",")]))
+        if args.data is not None:
+            report["sizes"].append(one_size(0, workload, work, reaches, args.data, not args.skip_log_read))
+            print(json.dumps(report["sizes"][-1]), flush=True)
+        for n in (int(x) for x in args.sizes.split(",") if x and args.data is None):
+            report["sizes"].append(one_size(n, workload, work, reaches, log_read=not args.skip_log_read))
             print(json.dumps(report["sizes"][-1]), flush=True)
     finally:
-        if args.keep is None:
+        if args.keep is None and args.data is None:
             shutil.rmtree(work, ignore_errors=True)
     report["machine"]["load_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)

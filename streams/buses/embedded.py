@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 
 DECISION_SNAPSHOT = "decision"
 MAX_BATCH = 512
+# Folds a record into read models: (offset, its opened event bytes, its opened vector).
+RecordFold = Callable[[int, bytes, bytes | None], None]
 
 
 @dataclass(slots=True)
@@ -64,10 +67,13 @@ def catch_up_decision_state(
     conn: sqlite3.Connection | None = None,
     *,
     stop: tuple[int, int] | None = None,
+    also: RecordFold | None = None,
 ) -> int:
     """Fold every event and audit record the state has not seen yet; returns how many.
     ``stop``: (events end, audit end), exclusive: fold only up to there, and only the audit
     records decided before the events end (what a rebuild on a live log compares with).
+    ``also``: given each event as it is folded (offset, opened value, opened vector), so read
+    models fold in the same pass and a sealed record is opened once for both (a rebuild).
 
     Audit records carry the event offset they were decided after, so the two tables are
     merged back into the order the decider saw them: the command-id memo (and its bounded
@@ -79,7 +85,7 @@ def catch_up_decision_state(
     else:
         behind = log_.end_offset() - 1 - state.event_offset if conn is None else 0
     with bulk_fold(behind):
-        return _catch_up(db, state, stop, log_.sealer)
+        return _catch_up(db, state, stop, log_.sealer, also)
 
 
 def _opened(sealer: Sealer | None, value: bytes) -> dict[str, Any]:
@@ -92,11 +98,27 @@ def _opened(sealer: Sealer | None, value: bytes) -> dict[str, Any]:
     return ev
 
 
+def _opened_with(
+    sealer: Sealer | None, value: bytes, vector: bytes | None
+) -> tuple[dict[str, Any], bytes, bytes | None]:
+    """``_opened``, keeping the opened bytes (and vector) for the read models' fold."""
+    if sealer is not None:
+        value, vector = sealer.open(value, vector)
+    ev = decode(value)
+    if sealer is not None and ev.get("type") in ERASURE_TYPES:
+        sealer.forget(ev["scope"]["agent_id"], ev["payload"].get("scopes"))
+    return ev, value, vector
+
+
 def _catch_up(
-    db: sqlite3.Connection, state: DecisionState, stop: tuple[int, int] | None = None, sealer: Sealer | None = None
+    db: sqlite3.Connection,
+    state: DecisionState,
+    stop: tuple[int, int] | None = None,
+    sealer: Sealer | None = None,
+    also: RecordFold | None = None,
 ) -> int:
     n = 0
-    events_sql = 'SELECT "offset", value FROM events WHERE "offset" > ?'
+    events_sql = f'SELECT "offset", value, {"NULL" if also is None else "vector"} FROM events WHERE "offset" > ?'
     audit_sql = 'SELECT "offset", after_event, value FROM audit WHERE "offset" > ?'
     limits: tuple[int, ...] = ()
     if stop is not None:
@@ -116,11 +138,16 @@ def _catch_up(
             args += (bound,)
         audits = db.execute(sql + ' ORDER BY "offset"', args).fetchall()
         i = 0
-        for offset, value in rows:
+        for offset, value, vector in rows:
             while i < len(audits) and audits[i][1] < offset:
                 state.apply_audit(audits[i][0], _opened(sealer, audits[i][2]))
                 i += 1
-            state.apply_event(offset, _opened(sealer, value))
+            if also is None:
+                state.apply_event(offset, _opened(sealer, value))
+            else:
+                ev, value, vector = _opened_with(sealer, value, vector)
+                state.apply_event(offset, ev)
+                also(offset, value, vector)
         for a_offset, _, value in audits[i:]:
             state.apply_audit(a_offset, _opened(sealer, value))
         n += len(rows) + len(audits)

@@ -9,8 +9,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from memstream.api.services import rebuild
 from memstream.api.services.engine import EmbeddedEngine
-from memstream.api.services.rebuild import rebuild_all
+from memstream.api.services.rebuild import WorkerFailed, rebuild_all
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import run_tool
 from memstream.api.tools.registry import Caller
@@ -19,7 +22,8 @@ from tests.support.embedders import HashEmbedder
 CALLER = Caller(client_id="rebuild-live")
 
 
-def test_rebuild_while_a_server_writes_reports_equal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", [1, 2])
+def test_rebuild_while_a_server_writes_reports_equal(tmp_path: Path, processes: int) -> None:
     settings = load_settings(env={}, data_dir=tmp_path / "data", sync="NORMAL", snapshot_every=7)
 
     async def scenario() -> dict[str, Any]:
@@ -47,7 +51,7 @@ def test_rebuild_while_a_server_writes_reports_equal(tmp_path: Path) -> None:
 
         try:
             await writes("before", 30)
-            report = await asyncio.to_thread(rebuild_all, settings, progress=progress)
+            report = await asyncio.to_thread(rebuild_all, settings, progress=progress, processes=processes)
             await writes("after", 5)
         finally:
             await engine.close()
@@ -59,5 +63,28 @@ def test_rebuild_while_a_server_writes_reports_equal(tmp_path: Path) -> None:
     assert report["equal"], unequal
     assert report["events"] == 30  # folded to the ends it took, not what was written meanwhile
     # The server's later start from what the rebuild saved (and the log's tail) is the log's replay.
-    again = rebuild_all(settings, save=False)
+    again = rebuild_all(settings, save=False, processes=processes)
     assert again["equal"] and again["events"] == 55
+
+
+@pytest.mark.parametrize("how", ["raise", "die"])
+def test_a_failure_of_the_second_process_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    settings = load_settings(env={}, data_dir=tmp_path / "data", sync="NORMAL")
+
+    async def fill() -> None:
+        engine = EmbeddedEngine(settings, embedder=HashEmbedder())
+        await engine.start()
+        try:
+            for i in range(5):
+                body, code = await run_tool(engine, CALLER, "store", {"agent_id": "f", "content": f"text {i}"})
+                assert code is None, body
+        finally:
+            await engine.close()
+
+    asyncio.run(fill())
+    assert rebuild_all(settings, processes=2)["equal"]
+    monkeypatch.setattr(rebuild, "WORKER", ["-m", "tests.support.failing_rebuild_worker"])
+    monkeypatch.setenv("REBUILD_WORKER_FAILS", how)
+    expected = "the worker's fold failed" if how == "raise" else "exit code 3"
+    with pytest.raises(WorkerFailed, match=expected):
+        rebuild_all(settings, processes=2)
