@@ -12,6 +12,7 @@ once the live checkpoints are loaded.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import subprocess
@@ -32,9 +33,10 @@ from memstream.streams.snapshots import SnapshotStore
 Progress = Callable[[str, int, int], None]
 BATCH = 5_000  # events per read of the log, and between two looks at the second process
 # The fresh read models the second process folds, beside the decision state (in the same pass
-# over the log): about half the work, measured at 100k (bench/fold_profile.py): this process
-# has the lexical index and the rest.
-WORKER_MODELS: tuple[str, ...] = ("vectors", "memories")
+# over the log), so that both have about half the work. At 100k, CPU s: with vectors and
+# memories there, this process 31.2 and the second 36.9 (bench/rebuild_speed.py); memories
+# folds in ~3 (bench/fold_profile.py), so it is folded here.
+WORKER_MODELS: tuple[str, ...] = ("vectors",)
 # The second process's command line, before the descriptor of its end of the socket pair.
 WORKER: list[str] = ["-m", rebuild_worker.__name__]
 # Events from which a rebuild runs in two processes by default.
@@ -75,10 +77,8 @@ class _Worker:
             stdin=subprocess.DEVNULL,
         )
         theirs.close()  # the worker's end: the parent reads EOF once the worker has gone
-        try:
+        with contextlib.suppress(OSError):  # it is gone already: ``receive`` says how it ended
             self._conn.send((settings, models, save))
-        except OSError:  # it is gone already: ``receive`` says how it ended
-            pass
 
     def poll(self) -> bool:
         return self._conn.poll()
