@@ -84,7 +84,7 @@ class _Kind:
 
     def __init__(self, ids: np.ndarray, starts: np.ndarray, flat: np.ndarray) -> None:
         self.ids, self.starts, self.flat = ids, starts, flat
-        self._ids, self._starts, self._flat = memoryview(ids), memoryview(starts), memoryview(flat)
+        self._ids, self._starts, self._flat = ids.data, starts.data, flat.data
 
     def of(self, ident: int) -> list[int]:
         ids = self._ids
@@ -191,7 +191,7 @@ class HistoryProjection:
             pairs.setdefault(name, ([], []))
             pairs[name][0].append(np.asarray(ids_of, dtype=np.int64))
             pairs[name][1].append(np.asarray(offs_of, dtype=np.int64))
-        kinds: dict[str, dict[str, str]] = {}
+        kinds: dict[str, dict[str, list[str]]] = {}
         flat: list[np.ndarray] = []
         for name in sorted(pairs):
             ids = np.concatenate(pairs[name][0])
