@@ -437,34 +437,14 @@ def _before_listed() -> Iterator[None]:
     the writer thread; encoded there, parsed by the decision fold, the sealer and, in Kafka
     mode, the key map), and every fold drops the ids it lists (streams/decision/whole_agent.py)."""
     from memstream.streams.decision import dispatch
+    from memstream.streams.decision.erasure import decide_erase_agent_listing
 
     decide_now = dispatch.decide_erase_agent
-    dispatch.decide_erase_agent = decide_listing
+    dispatch.decide_erase_agent = decide_erase_agent_listing
     try:
         yield
     finally:
         dispatch.decide_erase_agent = decide_now
-
-
-def decide_listing(state: Any, st: Any, cmd: Any, ctx: Any) -> Any:
-    """``decide_erase_agent`` as it was before 'listed': the event lists every id."""
-    from memstream.streams.decision.erasure import decide_erase_agent
-    from memstream.streams.decision.verdict import accept
-
-    if cmd.source is not None:
-        return decide_erase_agent(state, st, cmd, ctx)
-    payload = {
-        "kind": "agent",
-        "source_digest": None,
-        "memory_ids": sorted(st.memories),
-        "episode_ids": sorted(st.episodes),
-        "profile": st.has_profile,
-        "agent_scope": True,
-        "scopes": None,
-        "locked_overridden": sorted(st.locked),
-        "reason": cmd.reason,
-    }
-    return accept(cmd, ctx, ("agent.erased", payload))
 
 
 @contextmanager

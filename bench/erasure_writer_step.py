@@ -2,7 +2,7 @@
 ``erase_agent_data``, folding it into the decision state and encoding its event (what the
 bus's commit does before the append), plus one parse of the event (the sealer's), on a
 ``DecisionState`` of N memories (every 97th locked). ``before``: the event listing every
-memory and episode id (``bench/erasure.py`` ``decide_listing``); ``now``: the event naming no
+memory and episode id (``decide_erase_agent_listing``); ``now``: the event naming no
 record. Alternating by round, each on a fresh state.
 
     python bench/erasure_writer_step.py --memories 100000 --rounds 6
@@ -20,16 +20,15 @@ from typing import Any
 
 import orjson
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from memstream.streams.commands import EraseAgentData
+from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
+from memstream.streams.decision import dispatch
+from memstream.streams.decision.erasure import decide_erase_agent_listing
+from memstream.streams.decision.limits import Limits
+from memstream.streams.decision.state import DecisionState
+from memstream.streams.events import Actor, Scope, decode, utcnow
 
-from bench.erasure import decide_listing  # noqa: E402
-from memstream.streams.commands import EraseAgentData  # noqa: E402
-from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold  # noqa: E402
-from memstream.streams.decision import dispatch  # noqa: E402
-from memstream.streams.decision.limits import Limits  # noqa: E402
-from memstream.streams.decision.state import DecisionState  # noqa: E402
-from memstream.streams.events import Actor, Scope, decode, utcnow  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def stored(mid: int) -> dict[str, Any]:
@@ -47,7 +46,7 @@ def one(memories: int, variant: str, label: str) -> tuple[float, int]:
     for i in range(memories):
         state.apply_event(i, stored(i + 1))
     now = dispatch.decide_erase_agent
-    dispatch.decide_erase_agent = decide_listing if variant == "before" else now
+    dispatch.decide_erase_agent = decide_erase_agent_listing if variant == "before" else now
     try:
         cmd = EraseAgentData(command_id=label, scope=Scope(agent_id="big"), actor=Actor(client_id="bench"),
                              received_at=utcnow(), reason="bench")  # fmt: skip

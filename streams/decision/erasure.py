@@ -81,3 +81,26 @@ def decide_erase_agent(
         "reason": cmd.reason,
     }
     return accept(cmd, ctx, ("agent.erased", payload))
+
+
+def decide_erase_agent_listing(
+    state: DecisionState, st: AgentDecisionState, cmd: c.EraseAgentData, ctx: DecideContext
+) -> Decision:
+    """``decide_erase_agent`` as it was before its event stopped naming the records: an erasure
+    of everything lists every memory and episode id. Logs written then hold such events, which
+    still fold by their lists; kept for the tests that fold them and the A/B of
+    ``bench/erasure.py --ab-of listed``. Not dispatched."""
+    if cmd.source is not None:
+        return decide_erase_agent(state, st, cmd, ctx)
+    payload = {
+        "kind": "agent",
+        "source_digest": None,
+        "memory_ids": sorted(st.memories),
+        "episode_ids": sorted(st.episodes),
+        "profile": st.has_profile,
+        "agent_scope": True,
+        "scopes": None,
+        "locked_overridden": sorted(st.locked),
+        "reason": cmd.reason,
+    }
+    return accept(cmd, ctx, ("agent.erased", payload))

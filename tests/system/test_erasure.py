@@ -157,28 +157,6 @@ async def test_erase_refuses_bad_input_and_other_agents_records(engine: Embedded
     assert SECRET in repr(await call(engine, "list_memories", agent_id="dave"))
 
 
-def decide_listing(state: Any, st: Any, cmd: Any, ctx: Any) -> Any:
-    """``decide_erase_agent`` as it was before the event stopped naming the records: logs written
-    then hold ``agent.erased`` listing every memory and episode id, and must fold as before."""
-    from memstream.streams.decision.erasure import decide_erase_agent
-    from memstream.streams.decision.verdict import accept
-
-    if cmd.source is not None:
-        return decide_erase_agent(state, st, cmd, ctx)
-    payload = {
-        "kind": "agent",
-        "source_digest": None,
-        "memory_ids": sorted(st.memories),
-        "episode_ids": sorted(st.episodes),
-        "profile": st.has_profile,
-        "agent_scope": True,
-        "scopes": None,
-        "locked_overridden": sorted(st.locked),
-        "reason": cmd.reason,
-    }
-    return accept(cmd, ctx, ("agent.erased", payload))
-
-
 @pytest.mark.parametrize("form", ["names_none", "listed"])
 async def test_erase_agent_data_takes_everything_of_the_agent(
     engine: EmbeddedEngine, settings: Settings, form: str, monkeypatch: pytest.MonkeyPatch
@@ -187,8 +165,9 @@ async def test_erase_agent_data_takes_everything_of_the_agent(
     own state); ``listed``: an event as written before, listing every id, folds as it did."""
     if form == "listed":
         from memstream.streams.decision import dispatch
+        from memstream.streams.decision.erasure import decide_erase_agent_listing
 
-        monkeypatch.setattr(dispatch, "decide_erase_agent", decide_listing)
+        monkeypatch.setattr(dispatch, "decide_erase_agent", decide_erase_agent_listing)
     secret = await store(engine, "frank", SECRET, lock=True)
     other = await store(engine, "frank", OTHER)
     # A memory deleted before the erasure: its history shows the erasure too (its key dies with it).
