@@ -18,6 +18,7 @@ Development split only (``../shared/eval/locomo-dev``); see docs/eval.md, "LoCoM
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import json
 import math
@@ -30,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from eval_recall import AGENT, REPO, Dataset, K, assign_halves, load_dataset, ndcg_at_k, recall_at_k
 
-from memstream.api.query.recall import coverage, fusion, rerank, speakers
+from memstream.api.query.recall import coverage, fusion, rerank, speakers, window
 from memstream.api.query.recall.gate import GateConfig, apply_gate
 from memstream.api.query.recall.neighbours import neighbour_scores, reorder
 from memstream.api.services.embedding import load_local_embedder
@@ -421,6 +422,29 @@ def expanded(
     return cands + added, new
 
 
+def windowed(
+    ag: Agent, lists: Lists, cands: list[fusion.Candidate], sig: rerank.Signals, radius: int
+) -> rerank.Signals:
+    """``sig`` with each candidate's window signals (``rerank.Signals.around``, window.py): the
+    turns ``radius`` places either side in the conversation, their exact cosines."""
+    n = len(ag.doc_ids)
+
+    def adjacent(refs: list[str]) -> dict[str, tuple[str | None, str | None]]:
+        pos = {r: int(r.split(":")[1]) for r in refs}
+        return {r: (f"mem:{p - 1}" if p > 1 else None, f"mem:{p + 1}" if p < n else None) for r, p in pos.items()}
+
+    around = window.around(
+        [c.ref for c in cands],
+        sig.adjacency,
+        adjacent,
+        radius,
+        lambda _: True,
+        {**dict(sig.vector), **(sig.read or {})},
+        lambda refs: {r: float(lists.cos[int(r.split(":")[1]) - 1]) for r in refs},
+    )
+    return dataclasses.replace(sig, around=around)
+
+
 def second_stage(model: rerank.Model, pool: int = rerank.DEPTH_FACTOR * K) -> Variant:
     """What recall does since the third pass: the candidates of ``pool`` rows of each list
     (since the sixth, with the reads and joins of ``rerank.READ`` / ``rerank.EXPAND``) ordered by
@@ -432,7 +456,9 @@ def second_stage(model: rerank.Model, pool: int = rerank.DEPTH_FACTOR * K) -> Va
             return speaker_boost(0.5)(ag, lists)
         if rerank.READ and rerank.EXPAND != 0:
             cands, sig = expanded(ag, lists, cands, sig, rerank.EXPAND)
-        score = {c.ref: model.score(x) for c, x in zip(cands, rerank.feature_rows(cands, sig), strict=True)}
+        if rerank.READ and rerank.WINDOW:
+            sig = windowed(ag, lists, cands, sig, rerank.WINDOW)
+        score = dict(zip((c.ref for c in cands), model.scores(rerank.feature_rows(cands, sig)), strict=True))
         return gated(sorted(cands, key=lambda c: -score[c.ref]), len(ag.doc_ids))
 
     return run

@@ -14,10 +14,12 @@ speakers taking turns), so the second stage runs (it runs only over conversation
     python bench/neighbour_latency.py                  # 10,000 memories, 300 queries, 3 rounds
     python bench/neighbour_latency.py --compare rerank --turns   # second stage on against off
     python bench/neighbour_latency.py --compare expand --turns   # sixth pass against the fifth's stage
+    python bench/neighbour_latency.py --compare window --turns   # seventh pass against the sixth's stage
 
 ``--compare expand`` runs three shapes interleaved: the default (cosines read by id, the first
 candidates' neighbours joining, ``rerank.READ`` / ``rerank.EXPAND``), the fifth pass's stage
-(no reads, no joins) and the stage off.
+(no reads, no joins) and the stage off. ``--compare window`` likewise: the default (with the
+window signals, ``rerank.WINDOW``), the sixth pass's stage (no window) and the stage off.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--compare", choices=("neighbours", "rerank", "expand"), default="neighbours")
+    ap.add_argument("--compare", choices=("neighbours", "rerank", "expand", "window"), default="neighbours")
     ap.add_argument("--turns", action="store_true", help="memories written as conversation turns")
     ap.add_argument("--out", default=None, help="results JSON")
     args = ap.parse_args(argv)
@@ -135,23 +137,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = np.random.default_rng(2)
     qvecs = rng.standard_normal((len(queries), emb.dim)).astype(np.float32)
     qvecs /= np.linalg.norm(qvecs, axis=1, keepdims=True)
-    shipped = (rerank.READ, rerank.EXPAND)
-    stage: dict[str, tuple[bool, int | None]] = {}  # (READ, EXPAND) per shape; others: as shipped
+    shipped = (rerank.READ, rerank.EXPAND, rerank.WINDOW)
+    stage: dict[str, tuple[bool, int | None, int]] = {}  # (READ, EXPAND, WINDOW) per shape; others: as shipped
     if args.compare == "neighbours":
         off = Opts(recall_rerank="off")
         configs = {"neighbours 0.25": off, "neighbours off": replace(off, recall_neighbour_weight=0.0)}
     elif args.compare == "rerank":
         configs = {"second stage (default)": Opts(), "second stage off": Opts(recall_rerank="off")}
-    else:
+    elif args.compare == "expand":
         configs = {"reads + expand (default)": Opts(), "fifth pass": Opts()}
         configs["second stage off"] = Opts(recall_rerank="off")
-        stage["fifth pass"] = (False, 0)
+        stage["fifth pass"] = (False, 0, 0)
+    else:
+        configs = {"window (default)": Opts(), "sixth pass": Opts(), "second stage off": Opts(recall_rerank="off")}
+        stage["sixth pass"] = (shipped[0], shipped[1], 0)
 
     def shape(name: str) -> None:
         """The second stage's reads and joins for one shape (module constants, set per call)."""
-        read, top = stage.get(name, shipped)
+        read, top, radius = stage.get(name, shipped)
         setattr(rerank, "READ", read)  # noqa: B010 (a Final constant, set for this bench only)
         setattr(rerank, "EXPAND", top)  # noqa: B010
+        setattr(rerank, "WINDOW", radius)  # noqa: B010
 
     times: dict[str, list[float]] = {name: [] for name in configs}
     # the recall's own CPU time as well: on a shared machine it waits for a core less than the

@@ -46,9 +46,10 @@ from locomo_dev import (
     paired,
     pool_of,
     retrieve,
+    windowed,
 )
 
-from memstream.api.query.recall import dates, fusion, rerank, speakers
+from memstream.api.query.recall import dates, forest, fusion, rerank, speakers
 from memstream.api.services.embedding import load_local_embedder
 
 # Signals tried in the fourth pass and not kept (docs/eval.md, "Fourth pass"), computed from what
@@ -123,17 +124,21 @@ def queries(
     expand: int | None = None,
     drop: Sequence[str] = (),
     read: bool = False,
+    radius: int = 0,
 ) -> list[Query]:
     """Each question's candidates, their features (``rerank.FEATURES``, then ``extra``; the
     columns of ``drop`` zeroed, so a fit gives them weight 0) and labels. ``read``: cosines read
     by id for rows the vector list did not hold (``rerank.Signals.read``); ``expand``: the
-    neighbours of that many first candidates join them (0: none; -1: every candidate's)."""
+    neighbours of that many first candidates join them (0: none; -1: every candidate's);
+    ``radius``: the window signals over that many turns either side (0: none, the columns 0)."""
     out = []
     for q, ls in lists.items():
         ag = agents[ds.agent_of.get(q, AGENT)]
         cands, sig = pool_of(ag, ls, pool, read=read or bool(expand))
         if expand:
             cands, sig = expanded(ag, ls, cands, sig, None if expand < 0 else expand)
+        if radius:
+            sig = windowed(ag, ls, cands, sig, radius)
         applies = rerank.conversational(sig.content, sig.content)
         rel = set(ds.qrels[q])
         y = np.array([ag.doc_ids[int(c.ref.split(":")[1]) - 1] in rel for c in cands], dtype=np.float64)
@@ -187,6 +192,83 @@ def fit(train: Sequence[Query], kind: str, l2: float) -> rerank.Model:
     return rerank.Model(tuple(float(v) for v in w / scale))  # the bias and the centring do not move the order
 
 
+def fit_trees(train: Sequence[Query], linear: rerank.Model, trees: Trees) -> rerank.Model:
+    """``linear`` plus LambdaMART trees fitted with its score as the start (LightGBM, bench
+    only: recall evaluates the trees in numpy, ``forest.Forest``). The trees learn what the
+    linear score misses: signals that matter together (docs/eval.md, "Seventh pass")."""
+    import lightgbm as lgb  # bench-only dependency (bench/requirements-fit.txt)
+
+    train = [q for q in train if q.applies]
+    w = np.asarray(linear.weights)
+    x = np.vstack([q.x for q in train])
+    params = {
+        "objective": "lambdarank",
+        "num_leaves": trees.leaves,
+        "learning_rate": trees.rate,
+        "min_data_in_leaf": 20,
+        "lambdarank_truncation_level": 20,
+        "num_threads": 1,
+        "seed": 1,
+        "deterministic": True,
+        "verbosity": -1,
+    }
+    data = lgb.Dataset(x, np.concatenate([q.y for q in train]), group=[len(q.y) for q in train], init_score=x @ w)
+    booster = lgb.train(params, data, trees.rounds)
+    return rerank.Model(linear.weights, forest.Forest(forest.from_lightgbm(booster.dump_model())))
+
+
+@dataclass(frozen=True)
+class Trees:
+    leaves: int
+    rate: float
+    rounds: int
+
+    @staticmethod
+    def parse(spec: str) -> Trees | None:
+        """``"7,0.05,50"``: leaves, learning rate, rounds ('' or '0': no trees)."""
+        if spec in ("", "0"):
+            return None
+        leaves, rate, rounds = spec.split(",")
+        return Trees(int(leaves), float(rate), int(rounds))
+
+    def label(self) -> str:
+        return f"+trees{self.leaves},{self.rate},{self.rounds}"
+
+
+Linear = dict[tuple[str, float, str | None], rerank.Model]
+
+
+def fitted(
+    linear: Linear, train: Sequence[Query], kind: str, l2: float, trees: Trees | None, fold: str | None
+) -> rerank.Model:
+    """The linear fit (cached per fold in ``linear``), with ``trees`` on top when given."""
+    key = (kind, l2, fold)
+    if key not in linear:
+        linear[key] = fit(train, kind, l2)
+    return linear[key] if trees is None else fit_trees(train, linear[key], trees)
+
+
+def write_forest(model: rerank.Model, path: Path, command: str) -> None:
+    """The fitted trees as a Python module recall imports (``rerank.DEFAULT_MODEL``)."""
+    assert model.forest is not None
+    lines = [
+        '"""The second stage\'s trees, written by bench/rerank_fit.py: do not edit by hand.',
+        "",
+        f"    {command}",
+        '"""',
+        "",
+        "from memstream.api.query.recall.forest import Node",
+        "",
+        "TREES: tuple[tuple[Node, ...], ...] = (",
+    ]
+    for tree in model.forest.trees:
+        lines.append("    (")
+        lines += [f"        ({f}, {t!r}, {lo}, {hi}, {v!r})," for f, t, lo, hi, v in tree]
+        lines.append("    ),")
+    lines.append(")")
+    path.write_text("\n".join(lines) + "\n")
+
+
 Scores = tuple[dict[str, float], dict[str, float], dict[str, float]]
 
 
@@ -197,7 +279,7 @@ def score(qs: Sequence[Query], ds: Dataset, model: rerank.Model | None) -> Score
     for q in qs:
         order = list(range(len(q.cands)))
         if model is not None and q.applies:
-            s = [model.score(x) for x in q.x]
+            s = model.scores(q.x)
             order.sort(key=lambda i: -s[i])  # stable: ties keep the first stage's order
         kept = gated([q.cands[i] for i in order], len(q.agent.doc_ids))
         ranked = [q.agent.doc_ids[int(r.split(":")[1]) - 1] for r in kept][:K]
@@ -291,10 +373,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ", ".join(EXTRA)
         + "; 'read': cosines read by id for rows the vector list did not hold (rerank.Signals.read);"
         + " 'expand' / 'expandK': the neighbours of every candidate / of the first K join the pool (with reads);"
+        + " 'windowR': the window signals over R turns either side (rerank.WINDOW);"
         + " '-NAME': a signal of rerank.FEATURES left out (weight 0)",
     )
     ap.add_argument("--ceiling", action="store_true", help="evidence among the candidates at each --pool depth")
     ap.add_argument("--against", default="", help="with --cv: a label whose held-out scores the others are paired with")
+    ap.add_argument(
+        "--trees",
+        default="",
+        help="';' between settings: 'leaves,rate,rounds' of LambdaMART trees fitted on top of the linear"
+        " model ('' = none), e.g. ';7,0.05,50'",
+    )
+    ap.add_argument("--write-forest", type=Path, default=None, help="without --cv: write the fitted trees here")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     report: dict[str, object] = {}
@@ -302,7 +392,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         ds, agents, lists = prepare(args.check, args.embedder, dev_half=True)
         pool = int(args.pool.split(",")[0])
         grow = -1 if rerank.EXPAND is None else rerank.EXPAND  # the shipped reads and joins
-        qs = queries(ds, agents, lists, pool, expand=grow if rerank.READ else 0, read=rerank.READ)
+        qs = queries(
+            ds,
+            agents,
+            lists,
+            pool,
+            expand=grow if rerank.READ else 0,
+            read=rerank.READ,
+            radius=rerank.WINDOW if rerank.READ else 0,
+        )
         base = evaluate(VARIANTS["first-stage"], ds, agents, lists)
         mine = score(qs, ds, rerank.DEFAULT_MODEL)
         for name, set_q in ds.query_sets.items():
@@ -329,64 +427,78 @@ def main(argv: Sequence[str] | None = None) -> int:
             grow = [e for e in cue_set if e.startswith("expand")]
             expand = (int(grow[0][6:]) if grow[0][6:] else -1) if grow else 0
             drop = [e[1:] for e in cue_set if e.startswith("-")]
-            cues = [e for e in cue_set if e not in grow and e != "read" and not e.startswith("-")]
-            qs = queries(ds, agents, lists, pool, cues, expand, drop, "read" in cue_set)
+            wide = [e for e in cue_set if e.startswith("window")]
+            radius = int(wide[0][6:]) if wide else 0
+            cues = [e for e in cue_set if e not in grow + wide and e != "read" and not e.startswith("-")]
+            qs = queries(ds, agents, lists, pool, cues, expand, drop, "read" in cue_set, radius)
             first = summary(score(qs, ds, None), base, qids)
             report[f"pool{pool}-first-stage"] = first
             r, n = first["recall@10"], first["ndcg@10"]  # type: ignore[index]
             print(f"pool{pool}-first-stage: R@10 {r['value']:.3f}  NDCG@10 {n['value']:.3f}", flush=True)
-            for kind in args.kind.split(","):
-                for l2 in map(float, args.l2.split(",")):
-                    label = f"pool{pool}-{kind}-l2{l2}" + (f"+{'+'.join(cue_set)}" if cue_set else "")
-                    if args.cv:
-                        held: Scores = ({}, {}, {})
-                        folds = []
-                        for conv in convs:
-                            model = fit([q for q in qs if q.conv != conv], kind, l2)
-                            test = [q for q in qs if q.conv == conv]
-                            s = score(test, ds, model)
-                            for i in range(3):
-                                held[i].update(s[i])
-                            ids = [q.qid for q in test]
-                            folds.append([statistics.fmean(s[i][q] - base[i][q] for q in ids) for i in (0, 2)])
-                        row = summary(held, base, qids)
-                        row["recall@10_by_category"] = {
-                            c: statistics.fmean(held[0][q] for q in set_q if q in held[0])
-                            for c, set_q in ds.query_sets.items()
-                        }
-                        print("  held-out recall@10 by category:", row["recall@10_by_category"])
-                        row["fold_minus_default"] = {
-                            "recall@10": [f[0] for f in folds],
-                            "ndcg@10": [f[1] for f in folds],
-                        }
-                        setting = f"pool{pool}-{kind}-l2{l2}"
-                        if not cue_set:
-                            plain[setting] = held
-                        elif setting in plain:
-                            row["minus_no_cues"] = cue_gain(held, plain[setting], qids, dated, ds, convs)
-                            print("  minus the same fit without cues:", row["minus_no_cues"], flush=True)
-                    else:
-                        model = fit(qs, kind, l2)
-                        row = summary(score(qs, ds, model), base, qids)
-                        row["model"] = {"weights": model.weights}
-                    report[label] = row
-                    if args.cv:
-                        every[label] = held
-                    r, n = row["recall@10"], row["ndcg@10"]  # type: ignore[index]
-                    spread = ""
-                    if args.cv:
-                        fr = row["fold_minus_default"]  # type: ignore[index]
-                        fold_r, fold_n = fr["recall@10"], fr["ndcg@10"]
-                        spread = (
-                            f"  folds R@10 {statistics.fmean(fold_r):+.3f}±{statistics.stdev(fold_r):.3f}"
-                            f" NDCG {statistics.fmean(fold_n):+.3f}±{statistics.stdev(fold_n):.3f}"
-                        )
-                    (dr, cr), (dn, cn) = r["minus_default"], n["minus_default"]
-                    print(
-                        f"{label}: R@10 {r['value']:.3f} ({dr:+.3f} ± {cr:.3f})"
-                        f"  NDCG@10 {n['value']:.3f} ({dn:+.3f} ± {cn:.3f}){spread}",
-                        flush=True,
+            settings = [
+                (kind, l2, trees)
+                for kind in args.kind.split(",")
+                for l2 in map(float, args.l2.split(","))
+                for trees in map(Trees.parse, args.trees.split(";"))
+            ]
+            linear: Linear = {}  # the linear fits, shared by the trees settings
+            for kind, l2, trees in settings:
+                label = (
+                    f"pool{pool}-{kind}-l2{l2}"
+                    + (f"+{'+'.join(cue_set)}" if cue_set else "")
+                    + (trees.label() if trees else "")
+                )
+                if args.cv:
+                    held: Scores = ({}, {}, {})
+                    folds = []
+                    for conv in convs:
+                        model = fitted(linear, [q for q in qs if q.conv != conv], kind, l2, trees, conv)
+                        test = [q for q in qs if q.conv == conv]
+                        s = score(test, ds, model)
+                        for i in range(3):
+                            held[i].update(s[i])
+                        ids = [q.qid for q in test]
+                        folds.append([statistics.fmean(s[i][q] - base[i][q] for q in ids) for i in (0, 2)])
+                    row = summary(held, base, qids)
+                    row["recall@10_by_category"] = {
+                        c: statistics.fmean(held[0][q] for q in set_q if q in held[0])
+                        for c, set_q in ds.query_sets.items()
+                    }
+                    print("  held-out recall@10 by category:", row["recall@10_by_category"])
+                    row["fold_minus_default"] = {
+                        "recall@10": [f[0] for f in folds],
+                        "ndcg@10": [f[1] for f in folds],
+                    }
+                    setting = f"pool{pool}-{kind}-l2{l2}"
+                    if not cue_set:
+                        plain[setting] = held
+                    elif setting in plain:
+                        row["minus_no_cues"] = cue_gain(held, plain[setting], qids, dated, ds, convs)
+                        print("  minus the same fit without cues:", row["minus_no_cues"], flush=True)
+                else:
+                    model = fitted(linear, qs, kind, l2, trees, None)
+                    row = summary(score(qs, ds, model), base, qids)
+                    row["model"] = {"weights": model.weights, "trees": len(model.forest or ())}
+                    if args.write_forest and model.forest is not None:
+                        write_forest(model, args.write_forest, "python bench/rerank_fit.py " + " ".join(argv or []))
+                report[label] = row
+                if args.cv:
+                    every[label] = held
+                r, n = row["recall@10"], row["ndcg@10"]  # type: ignore[index]
+                spread = ""
+                if args.cv:
+                    fr = row["fold_minus_default"]  # type: ignore[index]
+                    fold_r, fold_n = fr["recall@10"], fr["ndcg@10"]
+                    spread = (
+                        f"  folds R@10 {statistics.fmean(fold_r):+.3f}±{statistics.stdev(fold_r):.3f}"
+                        f" NDCG {statistics.fmean(fold_n):+.3f}±{statistics.stdev(fold_n):.3f}"
                     )
+                (dr, cr), (dn, cn) = r["minus_default"], n["minus_default"]
+                print(
+                    f"{label}: R@10 {r['value']:.3f} ({dr:+.3f} ± {cr:.3f})"
+                    f"  NDCG@10 {n['value']:.3f} ({dn:+.3f} ± {cn:.3f}){spread}",
+                    flush=True,
+                )
         if args.against and args.against in every:
             ref = every[args.against]
             print(f"held out, paired minus {args.against} (± 1.96·SE):")

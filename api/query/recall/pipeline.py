@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from memstream.api.query.recall import coverage, expand, fusion, neighbours, rerank, speakers
+from memstream.api.query.recall import window as turn_window
 from memstream.api.query.recall.gate import GateConfig, apply_gate, autocut, confidence_of, episode_factor, keyed_signal
 from memstream.api.query.recall.models import RecallModels, Row
 from memstream.api.query.recall.options import RecallSettings
@@ -230,6 +231,18 @@ def run_recall(
                     engine.lexical, req.scope.agent_id, lex_query, {*widened.content, *widened.near}
                 )
                 spoken = speakers.spoken_by(widened.content, named)
+                around = None
+                if rerank.WINDOW and widened.read is not None and query_vec is not None:
+                    qv = query_vec
+                    around = turn_window.around(
+                        [c.ref for c in widened.cands],
+                        widened.adjacency,
+                        lambda refs: neighbours.memory_adjacency(engine.memories, refs, ids),
+                        rerank.WINDOW,
+                        lambda ref: not filtered or _admit(engine, req, ref),
+                        {**dict(window), **widened.read},
+                        lambda refs: engine.vectors.cosines(req.scope.agent_id, qv, refs, model),
+                    )
                 signals = rerank.Signals(
                     window,
                     lexical_vote,
@@ -240,6 +253,7 @@ def run_recall(
                     req.query,
                     held,
                     widened.read,
+                    around,
                 )
                 cands = rerank.rerank(widened.cands, signals, rerank.DEFAULT_MODEL)
 

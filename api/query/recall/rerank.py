@@ -17,8 +17,11 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+
 from memstream.api.query.recall import dates
 from memstream.api.query.recall.coverage import Coverage
+from memstream.api.query.recall.forest import Forest
 from memstream.api.query.recall.fusion import Candidate, ordered
 
 Ranked = Sequence[tuple[str, float]]
@@ -34,6 +37,11 @@ DEPTH_FACTOR: Final = 6
 # "Sixth pass"); READ False with EXPAND 0 is the fifth pass's stage.
 READ: Final = True
 EXPAND: Final[int | None] = 20
+
+# The turns either side of a candidate whose cosines give its window signals (window.py; 0: no
+# window signals). Chosen leave-one-conversation-out on the LoCoMo development split
+# (docs/eval.md, "Seventh pass"); it needs READ (the window's cosines are read by id).
+WINDOW: Final = 2
 
 # The signals, in the order of ``WEIGHTS``. Rows a list did not rank get 0 for its signals.
 FEATURES: Final = (
@@ -56,32 +64,46 @@ FEATURES: Final = (
     "when_time",  # 1 when the query asks "when" and the turn's words say a time
     "cover_previous",  # the share of the query's IDF mass it and the memory before it hold (coverage.py)
     "cover_next",  # likewise with the memory written just after it
+    "window_best",  # the best cosine among it and the WINDOW memories written either side (window.py)
+    "window_mean",  # their mean cosine
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Model:
-    """A linear scorer over ``FEATURES``: score = Σ weight · feature. A logistic model's bias
+    """A linear scorer over ``FEATURES``: score = Σ weight · feature, plus the trees of
+    ``forest`` when there are some (fitted on top of the linear score). A logistic model's bias
     and the features' standardisation do not move the order, so only the weights are kept."""
 
     weights: tuple[float, ...]
+    forest: Forest | None = None
 
     def score(self, x: Sequence[float]) -> float:
-        return sum(w * v for w, v in zip(self.weights, x, strict=True))
+        return self.scores([x])[0]
+
+    def scores(self, rows: Sequence[Sequence[float]]) -> list[float]:
+        """Every row's score at once (the trees descend for all rows together)."""
+        if not rows:
+            return []
+        x = np.asarray(rows, dtype=np.float64)
+        out = x @ np.asarray(self.weights, dtype=np.float64)
+        if self.forest is not None:
+            out = out + self.forest.scores(x)
+        return [float(v) for v in out]
 
 
-# Fitted by ``bench/rerank_fit.py --pool 60 --kind pairwise --l2 0.001 --extra expand20`` on the
-# LoCoMo development split (5 conversations, 760 questions; every turn one memory, MiniLM-L6
-# int8), with the reads and joins of ``READ`` / ``EXPAND``: a logistic model on pairs (an
-# evidence turn against another candidate of its question) over standardised features, L2 0.001,
-# written back on the raw scale (weight / feature's std). Fitted leave-one-conversation-out the
-# same way, each conversation scored by the model of the other four: recall@10 0.780 and NDCG@10
-# 0.637, against the fifth pass's 0.763 / 0.628 (+0.017 ± 0.013 and +0.010 ± 0.008, paired;
-# docs/eval.md, "Third pass" to "Sixth pass"). In FEATURES order.
+# Fitted by ``bench/rerank_fit.py --pool 60 --kind pairwise --l2 0.001 --extra expand20,window2`` on
+# the LoCoMo development split (5 conversations, 760 questions; every turn one memory, MiniLM-L6
+# int8), with the reads, joins and window of ``READ`` / ``EXPAND`` / ``WINDOW``: a logistic model
+# on pairs (an evidence turn against another candidate of its question) over standardised
+# features, L2 0.001, written back on the raw scale (weight / feature's std). Fitted
+# leave-one-conversation-out the same way, each conversation scored by the model of the other
+# four: recall@10 0.801 and NDCG@10 0.650, against the sixth pass's 0.780 / 0.637 (+0.021 ± 0.011
+# and +0.013 ± 0.008, paired; docs/eval.md, "Third pass" to "Seventh pass"). In FEATURES order.
 DEFAULT_MODEL: Final = Model(
     (
-        *(-0.5717, 2.9659, 3.2542, -4.5271, 0.8926, 1.1075, 2.1513, 0.1302, 2.0280, 2.7464),
-        *(-0.5007, 0.6925, 2.6451, 0.9631, 2.9725, 2.5292, 1.4436, 5.5280, 2.3910),
+        *(-0.4472, 1.1610, 1.2739, -4.0898, 1.1852, 0.6046, 1.9485, 0.0271, -0.1022, 0.9418),
+        *(-0.5851, 0.4842, 2.4417, 1.0267, 2.8525, 2.5467, 1.3605, 5.0463, 2.2598, 8.0709, 4.3338),
     )
 )
 
@@ -103,6 +125,9 @@ class Signals:
     # brought) gets its cosine from here and its share from ``coverage``, as a listed row gets
     # them from its list; None: they get 0 (before the sixth pass, docs/eval.md).
     read: Mapping[str, float] | None = None
+    # Each candidate's (best, mean) cosine over the turns around it (window.py); a row not in
+    # it gets 0 for both (before the seventh pass: every row).
+    around: Mapping[str, tuple[float, float]] | None = None
 
 
 def features(c: Candidate, s: Signals, index: _Index) -> list[float]:
@@ -128,6 +153,7 @@ def features(c: Candidate, s: Signals, index: _Index) -> list[float]:
         math.log1p(len(text.split())) if text else 0.0,
         *dates.signals(index.question, text),
         *s.coverage.signals(c.ref, prev, nxt),
+        *(s.around or {}).get(c.ref, (0.0, 0.0)),
     ]
 
 
@@ -193,7 +219,7 @@ def conversational(refs: Iterable[str], content: Mapping[str, str | None]) -> bo
 def rerank(cands: list[Candidate], s: Signals, model: Model) -> list[Candidate]:
     """The candidates ordered by ``model``'s score, which becomes their order value (``fused``,
     a logistic probability in (0, 1)). ``rrf``, the cosine and the lists a row came from stay."""
-    rows = feature_rows(cands, s)
-    for c, x in zip(cands, rows, strict=True):
-        c.fused = 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, model.score(x)))))
+    scores = model.scores(feature_rows(cands, s))
+    for c, v in zip(cands, scores, strict=True):
+        c.fused = 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, v))))
     return ordered(cands)
