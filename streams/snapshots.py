@@ -13,6 +13,7 @@ import io
 import logging
 import mmap
 import os
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,10 @@ from typing import Any
 import orjson
 
 log = logging.getLogger(__name__)
+
+# Temporary files this process is writing now: a sweep must not take them from under a save.
+_writing: set[Path] = set()
+_writing_lock = threading.Lock()
 
 _MAGIC = b"MSSNAP1\n"
 _BLOB_MAGIC = b"MSBLOB1\n"
@@ -29,10 +34,54 @@ _BLOB_HEADER = 64 + 1 + 20 + 1  # sha256 hex, space, zero-padded size, newline
 BLOB_PAYLOAD_AT = len(_BLOB_MAGIC) + _BLOB_HEADER
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 class SnapshotStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
+        self.sweep_orphans()
+
+    def sweep_orphans(self) -> list[Path]:
+        """Delete temporary files a killed writer left behind. A save killed between its write
+        and its rename leaves ``.<name>.<pid>.tmp`` holding folded state (plaintext of records
+        an erasure may take later), which no load reads and nothing else would ever remove. A
+        file is an orphan when its writer's process is gone, or when the pid is this process's
+        (a restarted container often reuses it) but no save of this process is writing it."""
+        removed = []
+        for tmp in self.directory.glob(".*.tmp"):
+            try:
+                pid = int(tmp.name.rsplit(".", 2)[-2])
+            except (IndexError, ValueError):
+                continue  # not one of ours
+            with _writing_lock:
+                in_flight = tmp in _writing
+            if in_flight or (pid != os.getpid() and _pid_alive(pid)):
+                continue
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+        if removed:
+            log.warning("removed %d temporary file(s) a killed writer left in %s", len(removed), self.directory)
+        return removed
+
+    def _begin(self, target: Path) -> Path:
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        with _writing_lock:
+            _writing.add(tmp)
+        return tmp
+
+    @staticmethod
+    def _end(tmp: Path) -> None:
+        with _writing_lock:
+            _writing.discard(tmp)
 
     def path(self, name: str) -> Path:
         return self.directory / f"{name}.snap"
@@ -41,7 +90,7 @@ class SnapshotStore:
         payload = orjson.dumps(body)
         header = hashlib.sha256(payload).hexdigest().encode() + b" " + str(len(payload)).encode() + b"\n"
         target = self.path(name)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp = self._begin(target)
         try:
             with open(tmp, "wb") as f:
                 f.write(_MAGIC + header + payload)
@@ -51,6 +100,8 @@ class SnapshotStore:
         except BaseException:
             tmp.unlink(missing_ok=True)  # a full disk must not keep a half-written copy around
             raise
+        finally:
+            self._end(tmp)
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
@@ -96,7 +147,7 @@ class SnapshotStore:
         large blob never has to exist as one object) atomically; returns the payload's sha256."""
         parts = [data] if isinstance(data, bytes | bytearray | memoryview) else data
         target = self.blob_path(name)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp = self._begin(target)
         digest = hashlib.sha256()
         size = 0
         try:
@@ -118,6 +169,8 @@ class SnapshotStore:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        finally:
+            self._end(tmp)
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
