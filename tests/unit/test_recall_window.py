@@ -89,6 +89,7 @@ def test_a_forest_sums_its_trees_and_adds_to_the_linear_score() -> None:
     assert model.scores(rows) == [-1.75, 0.5, 3.5, 4.5]
     assert model.score(rows[0]) == -1.75
     assert rerank.Model((1.0, 0.0)).scores(rows) == [-1.0, 1.0, 1.0, 1.0]
+    assert rerank.Model((1.0, 0.0)).scores(np.array(rows)) == [-1.0, 1.0, 1.0, 1.0]  # the fit's matrices
 
 
 def test_lightgbm_trees_become_nodes() -> None:

@@ -83,7 +83,7 @@ class Model:
 
     def scores(self, rows: Sequence[Sequence[float]]) -> list[float]:
         """Every row's score at once (the trees descend for all rows together)."""
-        if not rows:
+        if len(rows) == 0:  # ``rows`` may be an array (bench/rerank_fit.py scores its matrices)
             return []
         x = np.asarray(rows, dtype=np.float64)
         out = x @ np.asarray(self.weights, dtype=np.float64)
