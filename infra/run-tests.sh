@@ -28,4 +28,5 @@ export MEMSTREAM_REQUIRE_KAFKA=1
 trap 'bash infra/kafka-local.sh stop --purge || true' EXIT
 bash infra/kafka-local.sh start
 
-"$BIN/python" -m pytest -q -p no:cacheprovider "$@"
+# -rs names every skipped test and why; --durations lists the slowest, so a CI log shows where its time went.
+"$BIN/python" -m pytest -q -p no:cacheprovider -rs --durations=30 "$@"
