@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from sys import intern
 from typing import Any, Final
 
 import orjson
 
 from memstream.streams.decision.associations.index import AssocIndex
-from memstream.streams.decision.facts import AgentDecisionState, MemoryFacts, intern_models, models_of, with_model
+from memstream.streams.decision.facts import (
+    AgentDecisionState,
+    CommandMemos,
+    MemoryFacts,
+    intern_models,
+    models_of,
+    with_model,
+)
 from memstream.streams.decision.keys import content_key, source_id_of
 from memstream.streams.decision.memo import memo_from_json, memo_of_event, memo_to_json
 from memstream.streams.decision.snapshot import memories_from_columns, memories_to_columns
@@ -109,10 +115,9 @@ class DecisionState:
                 old = (facts.project, facts.channel, facts.content_key)
                 if st.by_content.get(old) == p["id"]:
                     del st.by_content[old]
-                facts.content_key = content_key(p["content"])
-                st.by_content.setdefault((facts.project, facts.channel, facts.content_key), p["id"])
                 # The old vectors described the old text: only the update's own one is left.
-                facts.models = models_of(p)
+                facts = st.change(p["id"], facts, content_key=content_key(p["content"]), models=models_of(p))
+                st.by_content.setdefault((facts.project, facts.channel, facts.content_key), p["id"])
                 st.saw_model(facts.models)
         elif t == "memory.deleted":
             st.forget_memory(p["id"])
@@ -130,12 +135,12 @@ class DecisionState:
             else:
                 facts = st.memories.get(p["id"])
                 if facts is not None:
-                    facts.models = with_model(facts.models, model)
+                    st.change(p["id"], facts, models=with_model(facts.models, model))
         elif t == "embedding.switched":
             model = p["model"]
             st.model = model
-            for facts in st.memories.values():
-                facts.models = intern_models(model) if model in facts.models else ()
+            for mid, facts in list(st.memories.items()):
+                st.change(mid, facts, models=intern_models(model) if model in facts.models else ())
             for eid, models in st.episodes.items():
                 st.episodes[eid] = intern_models(model) if model in models else ()
         elif t == "episode.archived":
@@ -273,7 +278,7 @@ class DecisionState:
             st.model = a["model"]
             if "assoc" in a:
                 st.assoc = AssocIndex.from_snapshot(a["assoc"])
-            st.commands = OrderedDict((k, memo_from_json(v)) for k, v in a["commands"])
+            st.commands = CommandMemos((k, memo_from_json(v)) for k, v in a["commands"])
         return state
 
     def digest(self) -> str:
