@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -23,9 +22,6 @@ from memstream.streams.log.port import EventLog
 from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
-
-# Checkpoints loaded at once by ``restore`` (see there); the machine's cores bound what it buys.
-RESTORE_THREADS = 3
 
 
 class Projection(Protocol):
@@ -152,11 +148,11 @@ class ProjectionRunner:
         cannot be loaded (damaged, or written by an incompatible version) is discarded and
         that projection starts empty: the log rebuilds it.
 
-        The checkpoints load on a few threads at once. Their own state is disjoint, and much
-        of a load runs without the GIL (reading the file, its sha256, a mapped sidecar's
-        checksum, numpy's copies), so one load's checksum overlaps another's parse: about an
-        eighth of a restore's samples at 100k memories were such work (py-spy, docs/benchmarks.md,
-        "Restart"). A load that raises leaves only its own read model to be refolded."""
+        The checkpoints load one after another. Loading three at once on threads (wave 6) bought
+        no wall time on a quiet machine (1M: 26-33 s either way; the loads hold the GIL but for
+        their file reads and checksums) and raised the peak RSS by ~500 MB, over the 3 GB goal,
+        with every parsed body alive at once (docs/benchmarks.md, "Restart"). A load that raises
+        leaves only its own read model to be refolded."""
         snapshots = self.snapshots
         if snapshots is None:
             return
@@ -172,8 +168,8 @@ class ProjectionRunner:
                 return exc
             return None
 
-        with collector_paused(), ThreadPoolExecutor(RESTORE_THREADS, thread_name_prefix="memstream-restore") as pool:
-            unusable = list(pool.map(load, self.projections))
+        with collector_paused():
+            unusable = [load(p) for p in self.projections]
         for i, (p, exc) in enumerate(zip(list(self.projections), unusable, strict=True)):
             if exc is not None:
                 log.warning("checkpoint of %s is unusable (%s); rebuilding it from the log", p.name, exc)

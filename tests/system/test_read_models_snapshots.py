@@ -37,8 +37,7 @@ def test_an_unusable_checkpoint_is_rebuilt_from_its_factory(tmp_path: Path) -> N
 
 
 def test_restore_loads_the_sound_checkpoints_beside_an_unusable_one(tmp_path: Path) -> None:
-    """The checkpoints load on threads at once (``RESTORE_THREADS``): each sound one keeps what it
-    loaded, the unusable one alone is replaced, whatever order the loads finish in."""
+    """Each sound checkpoint keeps what it loaded; the unusable one alone is replaced."""
     snaps = SnapshotStore(tmp_path)
     sound = ProjectionRunner(EmptyLog(), factories(snaps), snaps)  # type: ignore[arg-type]
     history = sound.get(HISTORY)
