@@ -20,6 +20,8 @@ from typing import Any
 
 import orjson
 
+from memstream.streams.json_pieces import dumps_in_pieces
+
 log = logging.getLogger(__name__)
 
 # Temporary files this process is writing now: a sweep must not take them from under a save.
@@ -87,7 +89,9 @@ class SnapshotStore:
         return self.directory / f"{name}.snap"
 
     def save(self, name: str, body: dict[str, Any]) -> None:
-        payload = orjson.dumps(body)
+        # In pieces: one dump of megabytes held the interpreter lock, and every other thread
+        # (the event loop, the bus's writer) waited for it (streams/json_pieces.py).
+        payload = dumps_in_pieces(body)
         header = hashlib.sha256(payload).hexdigest().encode() + b" " + str(len(payload)).encode() + b"\n"
         target = self.path(name)
         tmp = self._begin(target)

@@ -1,0 +1,68 @@
+"""A checkpoint's body serialised in pieces is byte for byte ``orjson.dumps`` of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memstream.streams.json_pieces import dumps_in_pieces
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+    st.text(),
+)
+bodies = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=9), st.dictionaries(st.text(max_size=4), inner, max_size=9)),
+    max_leaves=80,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(bodies, st.integers(min_value=1, max_value=4))
+def test_pieces_are_the_same_bytes(body: Any, piece: int) -> None:
+    assert dumps_in_pieces(body, piece) == orjson.dumps(body)
+
+
+@settings(max_examples=150, deadline=None)
+@given(bodies, st.integers(min_value=1, max_value=6))
+def test_long_containers_judged_by_their_first_items_are_the_same_bytes(body: Any, piece: int) -> None:
+    from memstream.streams import json_pieces
+
+    few = json_pieces.FEW
+    json_pieces.FEW = 1  # every container past one item takes the path of long ones
+    try:
+        assert dumps_in_pieces(body, piece) == orjson.dumps(body)
+    finally:
+        json_pieces.FEW = few
+
+
+def test_a_large_body_is_cut_into_pieces_of_at_most_the_bound() -> None:
+    """Each orjson call (each piece) serialises at most ``piece`` items of a container."""
+    body = {"agents": {"big": {"commands": [[f"c{i}", ["memory.stored", i]] for i in range(5_000)]}}, "n": 1}
+    out = dumps_in_pieces(body, 100)
+    assert out == orjson.dumps(body)
+    from memstream.streams import json_pieces
+
+    sizes: list[int] = []
+    real = json_pieces.orjson.dumps
+
+    class Counting:
+        @staticmethod
+        def dumps(v: Any) -> bytes:
+            sizes.append(len(v) if isinstance(v, (list, dict)) else 1)
+            return real(v)
+
+    json_pieces.orjson = Counting  # type: ignore[assignment]
+    try:
+        assert dumps_in_pieces(body, 100) == out
+    finally:
+        json_pieces.orjson = orjson
+    assert max(sizes) <= 100
+    assert len(sizes) >= 50
