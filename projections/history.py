@@ -56,6 +56,16 @@ def _split(ref: str) -> tuple[str, int] | None:
 _DTYPES = ("<u1", "<u2", "<u4", "<u8")
 
 
+_SLICE = 10_000  # Python ints turned into an array by one call
+
+
+def _arrays(xs: list[int]) -> list[np.ndarray]:
+    """``xs`` as int64 arrays of ``_SLICE`` each: one conversion of the 100k refs stored since
+    the last load held the interpreter lock 20-70 ms while an erasure rewrote the checkpoints,
+    and other agents' stores waited (bench/erasure.py --trace)."""
+    return [np.asarray(xs[i : i + _SLICE], dtype=np.int64) for i in range(0, len(xs), _SLICE)]
+
+
 def _pack(arr: np.ndarray) -> list[str]:
     """``[dtype, hex]``: non-negative integers in the narrowest unsigned type that holds them.
     Hex, not base64: ``bytes.fromhex`` decodes ~2.5x faster per byte than ``a2b_base64``, and
@@ -189,8 +199,8 @@ class HistoryProjection:
                 offs_of.extend(since)
         for name, (ids_of, offs_of) in added.items():
             pairs.setdefault(name, ([], []))
-            pairs[name][0].append(np.asarray(ids_of, dtype=np.int64))
-            pairs[name][1].append(np.asarray(offs_of, dtype=np.int64))
+            pairs[name][0].extend(_arrays(ids_of))
+            pairs[name][1].extend(_arrays(offs_of))
         kinds: dict[str, dict[str, list[str]]] = {}
         flat: list[np.ndarray] = []
         for name in sorted(pairs):
