@@ -6,10 +6,16 @@ workers, against the embedded server on the same machine in the same run (the ba
     python bench/kafka_throughput.py --stores 800 --trials 50 --workers 1 --rebuild-events 0   # quick
 
 Everything is real processes on loopback: `memstream worker` ×N, `memstream serve --kafka`
-(the router) and clients speaking raw HTTP/1.1 to it. Embedding is excluded
+(the router) and clients speaking raw HTTP/1.1 to it. Embedding is excluded by default
 (`MEMSTREAM_EMBEDDER=none`: memories carry no vectors), so the figures are memstream's and
-Kafka's. Stores spread over 64 agents, so every partition has work. Results: JSON on stdout and
-in bench/results/kafka.json.
+Kafka's. ``--embedder default`` embeds on the workers with the default model: each Kafka store
+run then sits between two windows of the model's standalone rate on the same texts (as
+bench/store_throughput.py does), and reports its ratio to it and what the workers' batchers did;
+``--regroup 0,1`` alternates MEMSTREAM_EMBED_BATCH_REGROUP on the workers. Stores spread over 64
+agents, so every partition has work. Results: JSON on stdout and in bench/results/kafka.json.
+
+    python bench/kafka_throughput.py --embedder default --workers 1 --stores 800 --trials 50 \
+        --rebuild-events 0 --skip-embedded --regroup 0,1 --rounds 2
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ os.environ.setdefault("MEMSTREAM_MASTER_KEY", base64.b64encode(os.urandom(32)).d
 import argparse
 import asyncio
 import json
+import shutil
 import signal
 import statistics
 import subprocess
@@ -36,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from store_throughput import Conn, free_port
+from store_throughput import Conn, ModelRate, batching, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOTSTRAP = os.environ.get("MEMSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
@@ -53,8 +60,13 @@ class Procs:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, args: list[str], env: dict[str, str]) -> None:
-        self.procs.append(subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    def start(self, args: list[str], env: dict[str, str], log: Path | None = None) -> None:
+        """``log``: where its stderr goes (else nowhere)."""
+        if log is None:
+            self.procs.append(subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            return
+        with log.open("wb") as err:
+            self.procs.append(subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=err))
 
     def stop(self) -> None:
         for p in self.procs:
@@ -99,6 +111,20 @@ async def get(c: Conn, path: str) -> tuple[int, bytes]:
     return status, await c.reader.readexactly(length)
 
 
+def store_text(tag: str, n: int, i: int) -> str:
+    return f"{tag} {n} {i}: deploy key {i % 97} rotates weekly"
+
+
+def embedder_env(args: argparse.Namespace, settings: dict[str, str] | None = None) -> dict[str, str]:
+    """The processes' environment: the embedder (``--embedder``) and ``settings`` on top."""
+    env = {**os.environ, **(settings or {})}
+    if args.embedder == "none":
+        env["MEMSTREAM_EMBEDDER"] = "none"
+    else:
+        env.pop("MEMSTREAM_EMBEDDER", None)
+    return env
+
+
 async def stores(port: int, clients: int, total: int, tag: str) -> dict[str, Any]:
     per = total // clients
     lat: list[float] = []
@@ -110,7 +136,7 @@ async def stores(port: int, clients: int, total: int, tag: str) -> dict[str, Any
         await conn.open()
         for i in range(per):
             agent = AGENTS[(n * per + i) % len(AGENTS)]
-            body = orjson.dumps({"agent_id": agent, "content": f"{tag} {n} {i}: deploy key {i % 97} rotates weekly"})
+            body = orjson.dumps({"agent_id": agent, "content": store_text(tag, n, i)})
             t = time.perf_counter()
             status, raw = await conn.post("/v1/tools/store", body)
             lat.append(time.perf_counter() - t)
@@ -157,30 +183,47 @@ async def visibility(port: int, trials: int) -> dict[str, Any]:
     return {"trials": trials, "p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99), "recalls_max": max(recalls)}
 
 
-async def kafka_run(workers: int, args: argparse.Namespace) -> dict[str, Any]:
+async def kafka_run(
+    workers: int, args: argparse.Namespace, model: ModelRate | None = None, settings: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """With ``model`` (an embedder on the workers), the store run sits between two windows of
+    the model's standalone rate: ``ratio_to_model_batch_rate`` is stores/s over their mean best."""
     from memstream.api.kafka.worker.replay import rebuild_partitions
     from memstream.streams.log.kafka import KafkaConfig
 
     prefix = f"memstream-bench-{uuid.uuid4().hex[:8]}"
     cfg = KafkaConfig(bootstrap=BOOTSTRAP, prefix=prefix, partitions=args.partitions)
     kafka_args = ["--kafka", BOOTSTRAP, "--prefix", prefix, "--partitions", str(args.partitions)]
-    env = {**os.environ, "MEMSTREAM_EMBEDDER": "none"}
+    env = embedder_env(args, settings)
+    logs = Path(tempfile.mkdtemp(prefix="memstream-bench-logs-"))
+    worker_logs = [logs / f"worker-{i}.log" for i in range(workers)]
     procs = Procs()
     port = free_port()
+    out: dict[str, Any] = {"workers": workers, "partitions": args.partitions, "settings": settings or {}}
     try:
-        for _ in range(workers):
-            procs.start([*CLI, "worker", *kafka_args], env)
+        for log in worker_logs:  # INFO: a worker logs what its batcher did when it stops
+            procs.start([*CLI[:-1], "INFO", "worker", *kafka_args], env, log)
         procs.start([*CLI, "serve", *kafka_args, "--port", str(port)], env)
         await wait_ready(port, "/health", lambda b: b.get("partitions_with_owner") == args.partitions)
         await stores(port, args.clients, 200, "warmup")
-        out: dict[str, Any] = {"workers": workers, "partitions": args.partitions}
+        before = model.measure() if model is not None else None
         out["store"] = await stores(port, args.clients, args.stores, "kafka")
+        out["load"] = round(os.getloadavg()[0], 2)
+        if before is not None and model is not None:
+            after = model.measure()
+            out["model_before"], out["model_after"] = before, after
+            ceiling = (ModelRate.best(before) + ModelRate.best(after)) / 2
+            out["ratio_to_model_batch_rate"] = round(out["store"]["stores_per_s"] / ceiling, 3)
         out["store_to_visible"] = await visibility(port, args.trials)
-        rebuilt = await rebuild_partitions(cfg, jobs=os.cpu_count() or 1)
-        out["rebuild"] = {k: rebuilt.get(k) for k in ("events", "seconds", "events_per_second", "jobs")}
+        if args.rebuild_after:
+            rebuilt = await rebuild_partitions(cfg, jobs=os.cpu_count() or 1)
+            out["rebuild"] = {k: rebuilt.get(k) for k in ("events", "seconds", "events_per_second", "jobs")}
         return out
     finally:
         procs.stop()
+        if args.embedder != "none":
+            out["batching"] = batching(worker_logs)  # the warm-up's and the visibility probes' calls too
+        shutil.rmtree(logs, ignore_errors=True)
         await drop_topics(prefix)
 
 
@@ -256,8 +299,8 @@ async def embedded_run(args: argparse.Namespace) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="memstream-bench-embedded-"))
     # The bench takes its broker from MEMSTREAM_KAFKA_BOOTSTRAP, which `serve` reads too: left in,
     # the embedded baseline would start as a Kafka router.
-    env = {k: v for k, v in os.environ.items() if k != "MEMSTREAM_KAFKA_BOOTSTRAP"}
-    env |= {"MEMSTREAM_EMBEDDER": "none", "MEMSTREAM_DATA_DIR": str(data)}
+    env = {k: v for k, v in embedder_env(args).items() if k != "MEMSTREAM_KAFKA_BOOTSTRAP"}
+    env["MEMSTREAM_DATA_DIR"] = str(data)
     procs = Procs()
     port = free_port()
     try:
@@ -278,19 +321,30 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "bootstrap": BOOTSTRAP,
         "loadavg_start": list(os.getloadavg()),
-        "embedding": "excluded (MEMSTREAM_EMBEDDER=none)",
+        "embedding": "excluded (MEMSTREAM_EMBEDDER=none)" if args.embedder == "none" else args.embedder,
         "kafka": [],
     }
     report["ratios"] = {}
+    model = None
+    if args.embedder != "none":
+        model = ModelRate(texts=[store_text("kafka", n % args.clients, n // args.clients) for n in range(4_096)])
+    variants = [{"MEMSTREAM_EMBED_BATCH_REGROUP": v} for v in args.regroup.split(",")] if args.regroup else [{}]
     if not args.only_rebuild:
-        report["embedded_baseline"] = await embedded_run(args)
-        for w in [int(x) for x in args.workers.split(",")]:
-            report["kafka"].append(await kafka_run(w, args))
-        runs = {r["workers"]: r for r in report["kafka"]}
-        base = report["embedded_baseline"]["store"]["stores_per_s"]
-        report["ratios"] = {
-            f"kafka_{w}w_over_embedded_stores": round(r["store"]["stores_per_s"] / base, 2) for w, r in runs.items()
-        }
+        if not args.skip_embedded:
+            report["embedded_baseline"] = await embedded_run(args)
+        for rnd in range(args.rounds):
+            for w in [int(x) for x in args.workers.split(",")]:
+                for variant in variants:
+                    run = await kafka_run(w, args, model, variant)
+                    run["round"] = rnd
+                    print(json.dumps(run), flush=True)
+                    report["kafka"].append(run)
+        runs = {r["workers"]: r for r in report["kafka"] if r["round"] == 0 and r["settings"] == variants[0]}
+        if "embedded_baseline" in report:
+            base = report["embedded_baseline"]["store"]["stores_per_s"]
+            report["ratios"] = {
+                f"kafka_{w}w_over_embedded_stores": round(r["store"]["stores_per_s"] / base, 2) for w, r in runs.items()
+            }
         if 1 in runs and 2 in runs:
             report["ratios"]["stores_2w_over_1w"] = round(
                 runs[2]["store"]["stores_per_s"] / runs[1]["store"]["stores_per_s"], 2
@@ -314,6 +368,13 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=16)
     ap.add_argument("--rebuild-events", type=int, default=200_000, help="replay rate on a topic this large (0: skip)")
     ap.add_argument("--only-rebuild", action="store_true", help="only the replay-rate measurement")
+    ap.add_argument("--embedder", default="none", choices=["none", "default"], help="embed on the workers")
+    ap.add_argument("--regroup", default="", help="MEMSTREAM_EMBED_BATCH_REGROUP values to alternate (e.g. 0,1)")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat the Kafka runs (with --regroup: A/B/A/B)")
+    ap.add_argument("--skip-embedded", action="store_true", help="no embedded-server baseline")
+    ap.add_argument(
+        "--no-rebuild-after", dest="rebuild_after", action="store_false", help="no replay after each Kafka run"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kafka.json")
     args = ap.parse_args()
     report = asyncio.run(main_async(args))

@@ -19,6 +19,7 @@ import base64
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import sqlite3
@@ -167,11 +168,12 @@ class ModelRate:
 
     BATCHES = (1, 8, 64)  # 8: what 8 one-text clients form; 64: the batcher's cap
 
-    def __init__(self, clients: int = 8) -> None:
+    def __init__(self, clients: int = 8, texts: list[str] | None = None) -> None:
+        """``texts``: what the measured run stores (default: the 8-client run's texts here)."""
         from memstream.api.services.embedding import load_embedder
 
         self.emb = load_embedder()
-        self.texts = [store_content(f"default-{clients}", i % clients, i // clients) for i in range(4_096)]
+        self.texts = texts or [store_content(f"default-{clients}", i % clients, i // clients) for i in range(4_096)]
         self.emb.embed(self.texts[:64])  # warm-up
 
     def measure(self, seconds: float = 6.0) -> dict[str, float]:
@@ -200,25 +202,30 @@ class ModelRate:
 
 
 class Server:
-    def __init__(self, data: Path, embedder: str, sync: str) -> None:
+    """``memstream serve`` on a fresh port; ``env`` adds settings (e.g. the batcher's). Its log
+    (INFO) goes to a file: at stop the embedders log what the batching did (``batching``)."""
+
+    def __init__(self, data: Path, embedder: str, sync: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
-        env = {**os.environ, "MEMSTREAM_DATA_DIR": str(data), "MEMSTREAM_SYNC": sync}
+        env = {**os.environ, "MEMSTREAM_DATA_DIR": str(data), "MEMSTREAM_SYNC": sync, **(env or {})}
         if embedder == "none":
             env["MEMSTREAM_EMBEDDER"] = "none"
         else:
             env.pop("MEMSTREAM_EMBEDDER", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memstream.api.cli", "--log-level", "WARNING", "serve", "--port", str(self.port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        self.log = data / "server.log"
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "memstream.api.cli", "--log-level", "INFO", "serve", "--port", str(self.port)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
 
     async def ready(self) -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(self.proc.stderr.read().decode()[-3000:])  # type: ignore[union-attr]
+                raise RuntimeError(self.log.read_text(errors="replace")[-3000:])
             try:
                 c = Conn("127.0.0.1", self.port)
                 await c.open()
@@ -237,6 +244,33 @@ class Server:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+    def batching(self) -> dict[str, float]:
+        """What the batcher did over the server's life, from the line the embedders log at stop."""
+        return batching([self.log])
+
+
+def batching(logs: list[Path]) -> dict[str, float]:
+    """What the batchers of the processes that wrote ``logs`` did, summed: the line the
+    embedders log at INFO when a process stops (api/services/embedders.py)."""
+    found = [m for log in logs for m in BATCHING_LINE.finditer(log.read_text(errors="replace"))]
+    if not found:
+        return {}
+    texts, calls = sum(int(m["texts"]) for m in found), sum(int(m["calls"]) for m in found)
+    out = {"model_texts": texts, "model_calls": calls, "texts_per_call": round(texts / max(1, calls), 2)}
+    out["model_busy_s"] = round(sum(float(m["busy"]) for m in found), 1)
+    out["model_idle_waiting_s"] = round(sum(float(m["idle"]) for m in found), 1)
+    if all(m["waits"] is not None for m in found):
+        out["regroup_waits"] = sum(int(m["waits"]) for m in found)
+        out["regroup_wait_s"] = round(sum(float(m["wait_s"]) for m in found), 1)
+    return out
+
+
+BATCHING_LINE = re.compile(
+    r"embedder \S+: (?P<texts>\d+) texts in (?P<calls>\d+) model calls .*?; (?P<busy>[\d.]+) s in calls, "
+    r"(?P<idle>[\d.]+) s idle while a request waited(?:; (?P<waits>\d+) waits for callers to come back, "
+    r"(?P<wait_s>[\d.]+) s)?"
+)
 
 
 async def load(port: int, clients: int, per_client: int, tag: str, server_pid: int | None = None) -> dict[str, Any]:
@@ -284,44 +318,87 @@ async def load(port: int, clients: int, per_client: int, tag: str, server_pid: i
     }
 
 
+async def recall_load(port: int, queries: int, tag: str) -> dict[str, Any]:
+    """One client recalling ``queries`` times in turn (each query is a model call too): the
+    latency a lone client sees, which batching must not make worse."""
+    conn = Conn("127.0.0.1", port)
+    await conn.open()
+    latencies: list[float] = []
+    for i in range(queries):
+        body = orjson.dumps({"agent_id": f"agent-{i % 4}", "query": f"{tag} deploy key for service {i % 97}"})
+        t = time.perf_counter()
+        status, _ = await conn.post("/v1/tools/recall", body)
+        latencies.append(time.perf_counter() - t)
+        if status != 200:
+            raise RuntimeError(f"recall answered {status}")
+    await conn.close()
+    lat = sorted(latencies)
+    return {
+        "recall_p50_ms": round(1000 * lat[len(lat) // 2], 2),
+        "recall_mean_ms": round(1000 * statistics.fmean(lat), 2),
+    }
+
+
 async def http_runs(
-    embedders: list[str], clients: list[int], stores: int, syncs: list[str], model: ModelRate | None = None
+    embedders: list[str],
+    clients: list[int],
+    stores: int,
+    syncs: list[str],
+    model: ModelRate | None = None,
+    variants: list[dict[str, str]] | None = None,
+    rounds: int = 1,
+    recalls: int = 0,
 ) -> list[dict[str, Any]]:
-    """With ``model``, each run with the default embedder sits between two windows of the
+    """Each run on a server of its own, so what its batcher logs at stop is that run's.
+    ``variants`` (settings given to the default embedder's server) alternate within each round.
+    With ``model``, each run with the default embedder sits between two windows of the
     model's standalone rate (the server idle meanwhile): ``ratio_to_model_batch_rate`` is its
     stores/s over the mean of the two windows' best batch rates, ``model_cpu_share_of_store``
-    the model's cheapest CPU per text over the CPU per store (server and client)."""
+    the model's cheapest CPU per text over the CPU per store (server and client). With
+    ``recalls``, a 1-client run also times that many recalls after its stores."""
     results = []
-    for sync in syncs:
-        for emb in embedders:
-            data = Path(tempfile.mkdtemp(prefix="ms-bench-"))
-            server = Server(data, emb, sync)
-            try:
-                await server.ready()
-                await load(server.port, 2, 50, f"warm-{emb}")  # warm-up: model load, first commits
+    for rnd in range(rounds):
+        for sync in syncs:
+            for emb in embedders:
                 for c in clients:
-                    per_client = max(1, stores // c)
-                    before = model.measure() if model is not None and emb == "default" else None
-                    r = await load(server.port, c, per_client, f"{emb}-{c}", server.proc.pid)
-                    r["embedder"] = emb
-                    r["sync"] = sync
-                    r["load"] = round(os.getloadavg()[0], 2)
-                    if before is not None and model is not None:
-                        after = model.measure()
-                        r["model_before"], r["model_after"] = before, after
-                        ceiling = (ModelRate.best(before) + ModelRate.best(after)) / 2
-                        r["ratio_to_model_batch_rate"] = round(r["stores_per_s"] / ceiling, 3)
-                        # The same question in CPU: the model's own cost per text at its cheapest
-                        # batch size over what a store cost the server and the client.
-                        model_cpu = (ModelRate.cheapest(before) + ModelRate.cheapest(after)) / 2
-                        store_cpu = r["server_cpu_ms_per_store"] + r["client_cpu_ms_per_store"]
-                        r["model_cpu_share_of_store"] = round(model_cpu / store_cpu, 3)
-                    results.append(r)
-                    print(json.dumps(r), flush=True)
-            finally:
-                server.stop()
-                shutil.rmtree(data, ignore_errors=True)
+                    for variant in (variants or [{}]) if emb == "default" else [{}]:
+                        r = await one_run(emb, c, stores, sync, model, variant, recalls if c == 1 else 0)
+                        r["round"] = rnd
+                        results.append(r)
+                        print(json.dumps(r), flush=True)
     return results
+
+
+async def one_run(
+    emb: str, c: int, stores: int, sync: str, model: ModelRate | None, variant: dict[str, str], recalls: int
+) -> dict[str, Any]:
+    data = Path(tempfile.mkdtemp(prefix="ms-bench-"))
+    server = Server(data, emb, sync, variant)
+    try:
+        await server.ready()
+        await load(server.port, 1, 5, f"warm-{emb}")  # warm-up: model load, first commits
+        per_client = max(1, stores // c)
+        before = model.measure() if model is not None and emb == "default" else None
+        r = await load(server.port, c, per_client, f"{emb}-{c}", server.proc.pid)
+        r |= {"embedder": emb, "sync": sync, "load": round(os.getloadavg()[0], 2), "settings": variant}
+        if recalls:
+            r |= await recall_load(server.port, recalls, f"{emb}-{c}")
+        if before is not None and model is not None:
+            after = model.measure()
+            r["model_before"], r["model_after"] = before, after
+            ceiling = (ModelRate.best(before) + ModelRate.best(after)) / 2
+            r["ratio_to_model_batch_rate"] = round(r["stores_per_s"] / ceiling, 3)
+            # The same question in CPU: the model's own cost per text at its cheapest batch size
+            # over what a store cost the server and the client.
+            model_cpu = (ModelRate.cheapest(before) + ModelRate.cheapest(after)) / 2
+            store_cpu = r["server_cpu_ms_per_store"] + r["client_cpu_ms_per_store"]
+            r["model_cpu_share_of_store"] = round(model_cpu / store_cpu, 3)
+    finally:
+        server.stop()
+    if emb == "default":
+        r["batching"] = server.batching()  # the warm-up's 5 and the recalls' calls included
+    shutil.rmtree(data, ignore_errors=True)
+    return r
 
 
 # -- rebuild ------------------------------------------------------------------------------------
@@ -424,6 +501,14 @@ def main() -> None:
     ap.add_argument("--skip-rebuild", action="store_true")
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     ap.add_argument("--sync", default="FULL,NORMAL", help="MEMSTREAM_SYNC modes to run the HTTP part with")
+    ap.add_argument(
+        "--regroup",
+        default="",
+        help="MEMSTREAM_EMBED_BATCH_REGROUP values for the default embedder's server, alternating "
+        "within each round (e.g. 0,1: the batcher before and after its wait for callers)",
+    )
+    ap.add_argument("--rounds", type=int, default=1, help="repeat the HTTP runs (with --regroup: A/B/A/B)")
+    ap.add_argument("--recalls", type=int, default=0, help="recalls a 1-client run times after its stores")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "store_throughput.json")
     args = ap.parse_args()
     if args.quick:
@@ -447,12 +532,15 @@ def main() -> None:
             args.stores,
             args.sync.split(","),
             model,
+            [{"MEMSTREAM_EMBED_BATCH_REGROUP": v} for v in args.regroup.split(",")] if args.regroup else None,
+            args.rounds,
+            args.recalls,
         )
     )
     base = report["raw_append"]["rows_per_s_batch_64_no_vector"]
     for r in report["http"]:
         r["ratio_to_raw_append_batch_64"] = round(r["stores_per_s"] / base, 3)
-    by = {(r["embedder"], r["clients"]): r for r in report["http"]}
+    by = {(r["embedder"], r["clients"]): r for r in report["http"] if r["round"] == 0 and not r["settings"]}
     if ("none", 1) in by and ("default", 1) in by:
         # Everything but embedding as a share of a store's cost (1 client, sequential).
         report["non_embedding_share_of_store_cost"] = round(

@@ -92,6 +92,7 @@ class Embedders:
                 self._run_blocking,
                 max_texts=self.settings.embed_batch_max,
                 max_wait_s=self.settings.embed_batch_wait_ms / 1000,
+                regroup=self.settings.embed_batch_regroup,
             )
             self._batchers[id(emb)] = batcher
             self._model_ids[id(emb)] = emb.model_id
@@ -105,12 +106,14 @@ class Embedders:
             if batcher.calls:  # what the batching did, for an operator reading the log (INFO)
                 log.info(
                     "embedder %s: %d texts in %d model calls (%.2f per call); %.1f s in calls, "
-                    "%.1f s idle while a request waited",
+                    "%.1f s idle while a request waited; %d waits for callers to come back, %.1f s",
                     self._model_ids.get(emb_id, "?"),
                     batcher.texts,
                     batcher.calls,
                     batcher.texts / batcher.calls,
                     batcher.busy_s,
                     batcher.idle_waiting_s,
+                    batcher.regroup_waits,
+                    batcher.regroup_wait_s,
                 )
         self._pool.shutdown(wait=False)

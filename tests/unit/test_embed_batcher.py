@@ -302,5 +302,122 @@ async def test_closing_the_embedders_logs_what_the_batching_did(caplog: pytest.L
     assert lines == [
         f"embedder {model.model_id}: 4 texts in {calls} model calls ({4 / calls:.2f} per call); "
         f"{embedders.batcher(model).busy_s:.1f} s in calls, {embedders.batcher(model).idle_waiting_s:.1f} s idle "
-        "while a request waited"
+        f"while a request waited; {embedders.batcher(model).regroup_waits} waits for callers to come back, "
+        f"{embedders.batcher(model).regroup_wait_s:.1f} s"
     ]
+
+
+# -- the wait for a call's callers to come back (``regroup``) --------------------------------
+
+
+class Waits:
+    """An injected ``wait_for`` that records each wait (its bound) and returns at once, as if
+    the bound had passed: the tests read when the model would wait and for how long, no clock."""
+
+    def __init__(self) -> None:
+        self.bounds: list[float] = []
+
+    def __call__(self, cond: threading.Condition, predicate: Callable[[], bool], timeout: float) -> bool:
+        self.bounds.append(timeout)
+        return predicate()
+
+
+async def test_a_lone_caller_never_waits_for_company() -> None:
+    """One client in turn: every call has one caller, and the model never waits after it."""
+    model, waits = GatedModel(), Waits()
+    batcher = EmbedBatcher(model.embed, model.run_blocking, regroup=1.0, wait_for=waits)
+    for i in range(5):
+        assert np.array_equal(await batcher.embed([f"text {i}"]), expected([f"text {i}"]))
+    assert model.batches == [[f"text {i}"] for i in range(5)]
+    assert waits.bounds == [] and batcher.regroup_waits == 0
+
+
+async def test_the_wait_after_a_shared_call_is_bounded_by_that_call_s_duration() -> None:
+    """A call of two callers that took 3 (injected clock) is followed by a wait of at most
+    ``regroup`` x 3; a call of one caller by none."""
+    now = [0.0]
+    model, waits = GatedModel(), Waits()
+
+    def embed(texts: list[str]) -> np.ndarray:
+        now[0] += 3 if len(texts) > 1 else 1
+        return model.embed(texts)
+
+    batcher = EmbedBatcher(embed, model.run_blocking, regroup=0.5, clock=lambda: now[0], wait_for=waits)
+    model.gate.clear()
+    first = asyncio.create_task(batcher.embed(["first"]))
+    await asyncio.sleep(0)
+    pair = [asyncio.create_task(batcher.embed([t])) for t in ("b", "c")]
+    await asyncio.sleep(0)
+    model.gate.set()
+    await asyncio.gather(first, *pair)
+    assert model.batches == [["first"], ["b", "c"]]
+    assert waits.bounds == [1.5]
+    assert batcher.regroup_waits == 1
+
+
+async def test_a_failed_shared_call_fails_its_callers_without_a_wait() -> None:
+    """Callers of a failed call learn it at once, and the model does not wait for them."""
+    model, waits = GatedModel(), Waits()
+
+    def embed(texts: list[str]) -> np.ndarray:
+        if texts == ["x", "y"]:
+            raise RuntimeError("model crashed")
+        return model.embed(texts)
+
+    batcher = EmbedBatcher(embed, model.run_blocking, regroup=1.0, wait_for=waits)
+    model.gate.clear()
+    first = asyncio.create_task(batcher.embed(["first"]))
+    await asyncio.sleep(0)
+    doomed = [asyncio.create_task(batcher.embed([t])) for t in ("x", "y")]
+    await asyncio.sleep(0)
+    model.gate.set()
+    assert np.array_equal(await first, expected(["first"]))
+    for task in doomed:
+        with pytest.raises(RuntimeError, match="model crashed"):
+            await task
+    assert waits.bounds == [] and batcher.regroup_waits == 0
+
+
+async def test_regroup_zero_never_waits() -> None:
+    model, waits = GatedModel(), Waits()
+    batcher = EmbedBatcher(model.embed, model.run_blocking, regroup=0.0, wait_for=waits)
+    await asyncio.gather(*(batcher.embed([f"t{i}"]) for i in range(4)))
+    await asyncio.gather(*(batcher.embed([f"u{i}"]) for i in range(4)))
+    assert waits.bounds == []
+
+
+async def test_after_a_shared_call_the_next_call_takes_its_callers_back_together() -> None:
+    """Two callers answered together come back one after the other (closed-loop clients): the
+    model waits for both and embeds them in one call, where it used to embed each alone. The
+    wait counts those already queued: it is for the call's callers on top of them."""
+    model = ThreadedModel()
+    entered = threading.Event()
+    wants: list[bool] = []
+
+    def wait_for(cond: threading.Condition, predicate: Callable[[], bool], timeout: float) -> bool:
+        wants.append(predicate())
+        if entered.is_set():  # after the last shared call: nobody comes back, the bound passes
+            return predicate()
+        entered.set()
+        return cond.wait_for(predicate, 30)  # not the bound: the callers come back well before
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        loop = asyncio.get_running_loop()
+        batcher = EmbedBatcher(
+            model.embed, lambda call: loop.run_in_executor(pool, call), regroup=1.0, wait_for=wait_for
+        )
+        first = asyncio.create_task(batcher.embed(["first"]))
+        assert await asyncio.to_thread(model.started[0].wait, 10)
+        pair = [asyncio.create_task(batcher.embed([t])) for t in ("b", "c")]
+        await asyncio.sleep(0)  # both queued while the first call runs
+        model.release_first.set()
+        await asyncio.gather(first, *pair)  # the shared call ["b", "c"] answered
+        assert await asyncio.to_thread(entered.wait, 10), "the model did not wait for its callers"
+        back_b = asyncio.create_task(batcher.embed(["b again"]))
+        for _ in range(5):
+            await asyncio.sleep(0)  # b is queued; the model goes on waiting for c
+        back_c = asyncio.create_task(batcher.embed(["c again"]))
+        assert np.array_equal(await back_b, expected(["b again"]))
+        assert np.array_equal(await back_c, expected(["c again"]))
+    assert model.batches == [["first"], ["b", "c"], ["b again", "c again"]]
+    assert wants == [False, False]

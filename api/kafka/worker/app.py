@@ -674,4 +674,7 @@ def run_worker(
     # faust's terminal spinner sets the root logger to DEBUG (to spin on every record), so every
     # debug line of aiokafka would be formatted: about a tenth of a busy worker's CPU.
     faust_worker.spinner = None
-    faust_worker.execute_from_commandline()
+    try:
+        faust_worker.execute_from_commandline()
+    finally:  # faust stops the loop without the worker's close: log what the batching did
+        worker.embedders.close()
