@@ -154,7 +154,8 @@ async def complete(
     [rec] = await worker.announcer.read(partition, offset, offset + 1, vectors=False)
     ev = decode(rec.value)
     await settle(offset)  # every read model of the partition drops the record
-    dropped = dropped_by(models.projections, ev)
+    async with models.lock:  # the tail may be folding later events on a thread (worker/tail.py)
+        dropped = dropped_by(models.projections, ev)
     steps.done("fold")
     # Paused collector, short switches: as for the fold (``Worker._fold_erasure``).
     with collector_paused(), short_switches():

@@ -37,6 +37,27 @@ PROBE_BATCH = 200  # records looked at per step of the search for an instant
 Progress = Callable[[int, int], None]
 
 
+def fold_records(
+    models: FoldedModels,
+    records: Sequence[ConsumerRecord[bytes, bytes]],
+    opener: Opener | None,
+    bound: int | None = None,
+) -> int:
+    """Fold fetched records of one partition into its models, in offset order, opening each
+    sealed value; those the models hold already are skipped (a fetch that raced a fold of the
+    same events by another path), and folding stops at ``bound`` (exclusive). How many applied."""
+    applied = 0
+    for rec in records:
+        if bound is not None and rec.offset >= bound:
+            break
+        if rec.offset <= models.offset:
+            continue
+        rec = opened(rec, opener)
+        models.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
+        applied += 1
+    return applied
+
+
 async def fold_partitions(
     consumer: AIOKafkaConsumer,
     topic: str,
@@ -62,25 +83,15 @@ async def fold_partitions(
         consumer.assign(sorted(pending, key=lambda tp: tp.partition))
         await consumer.seek_to_beginning(*pending)
 
-    def apply(m: FoldedModels, bound: int, records: list[ConsumerRecord[bytes, bytes]]) -> int:
-        applied = 0
-        for rec in records:
-            if rec.offset >= bound:
-                break
-            rec = opened(rec, opener)
-            m.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
-            applied += 1
-        return applied
-
     with bulk_fold(total):
         while pending:
             batch = await consumer.getmany(*pending, timeout_ms=1000, max_records=FOLD_CHUNK)
             for tp, records in batch.items():
                 m, bound = models[tp.partition], bounds[tp.partition]
                 if offload:
-                    done += await loop.run_in_executor(None, apply, m, bound, records)
+                    done += await loop.run_in_executor(None, fold_records, m, records, opener, bound)
                 else:
-                    done += apply(m, bound, records)
+                    done += fold_records(m, records, opener, bound)
                 if m.offset >= bound - 1:
                     pending.discard(tp)
                     consumer.pause(tp)

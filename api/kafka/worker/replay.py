@@ -60,9 +60,9 @@ async def _rebuild(
         models = {p: PartitionModels(p, 0, None, ReadModelOptions(vector_graphs=False)) for p in parts}
         if ready is not None:
             ready()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         done = await fold_partitions(consumer, cfg.events_topic, models, bounds, progress, opener=sealing)
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         report: dict[str, Any] = {
             "partitions": {
                 p: {"offset": m.offset, "digests": {proj.name: digest_of(proj) for proj in m.projections}}
@@ -71,6 +71,10 @@ async def _rebuild(
             "events": done,
             "seconds": round(seconds, 3),
             "events_per_second": round(done / seconds) if seconds > 0 else None,
+            # The fold's CPU (every thread of the process) and the cores it got: on a shared
+            # machine, what tells a split that costs more from one that gets fewer cores.
+            "cpu_seconds": round(cpu, 3),
+            "cores_used": round(cpu / seconds, 2) if seconds > 0 else None,
         }
         return report
     finally:
@@ -147,12 +151,16 @@ async def _rebuild_in_processes(
     # Every process starts folding at the barrier, so the fold took as long as the slowest one;
     # measured that way, as the one-process rate is (without the digests computed after it).
     seconds = max(float(r["seconds"]) for r in reports)
+    cpu = sum(float(r["cpu_seconds"]) for r in reports)
     return {
         "partitions": dict(sorted(merged.items())),
         "events": events,
         "seconds": round(seconds, 3),
         "events_per_second": round(events / seconds) if seconds > 0 else None,
         "jobs": jobs,
+        "cpu_seconds": round(cpu, 3),
+        "cores_used": round(cpu / seconds, 2) if seconds > 0 else None,
+        "cpu_seconds_by_job": [r["cpu_seconds"] for r in reports],
         "setup_seconds": round(started - setup, 3),
         "wall_seconds": round(wall, 3),  # barrier to the last report: the fold plus the digests
     }
