@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -37,6 +38,8 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import erasure_trace  # noqa: E402  (bench/, beside this file)
 
 from memstream.api.services.engine import EmbeddedEngine  # noqa: E402
 from memstream.api.services.settings import load_settings  # noqa: E402
@@ -161,8 +164,9 @@ async def sealing_cost(root: Path, rounds: int, stores: int, concurrency: int, q
     }
 
 
-async def erase_big_agent(root: Path, memories: int, concurrency: int, baseline_s: float = 3.0) -> dict[str, Any]:
-    eng = await open_engine(root / "erase", True)
+async def fill_big_agent(data: Path, memories: int, concurrency: int) -> float:
+    """``memories`` stores of agent "big" and 200 of "other" into a new data directory; seconds."""
+    eng = await open_engine(data, True)
     try:
         t0 = time.perf_counter()
         # In slices with a read between them, as a served store has: the read models stay
@@ -172,8 +176,32 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int, baseline_
             await eng.read(lambda: None)
         fill_s = time.perf_counter() - t0
         await store_many(eng, "other", 0, 200, 8)
+        return fill_s
+    finally:
+        await eng.close()
+
+
+async def erase_big_agent(
+    root: Path,
+    memories: int,
+    concurrency: int,
+    baseline_s: float = 3.0,
+    trace: bool = False,
+    filled: Path | None = None,
+) -> dict[str, Any]:
+    """With ``filled`` (a data directory ``fill_big_agent`` made): erase in a copy of it, so
+    an A/B's two sides start from the same store and the fill is paid once."""
+    fill_s = 0.0
+    if filled is None:
+        fill_s = await fill_big_agent(root / "erase", memories, concurrency)
+    else:
+        shutil.copytree(filled, root / "erase")
+    eng = await open_engine(root / "erase", True)
+    try:
+        await eng.read(lambda: None)  # the read models caught up, as after a fill
         latencies: list[float] = []
         done = asyncio.Event()
+        tl = erasure_trace.Timeline()
 
         async def other_writer() -> None:
             i = 1_000
@@ -181,11 +209,20 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int, baseline_
                 s = time.perf_counter()
                 out = await dispatch(eng, CALLER, "store", {"agent_id": "other", "content": text(i, "other")})
                 assert out.get("result") == "stored", out
-                latencies.append((time.perf_counter() - s) * 1000)
+                e = time.perf_counter()
+                latencies.append((e - s) * 1000)
+                tl.stores.append((s, e))
                 i += 1
                 await asyncio.sleep(0.005)
 
         commits = time_writer_commits(eng)
+        tracing = ExitStack()
+        if trace:
+            sampler = erasure_trace.Sampler(tl)
+            sampler.start()
+            tracing.callback(sampler.stop.set)
+            tracing.enter_context(erasure_trace.phases(tl, eng))
+            ticker = asyncio.create_task(erasure_trace.loop_ticker(tl, done))
         writer = asyncio.create_task(other_writer())
         # The other agent's stores before the erase, in the same run: the baseline of "during".
         await asyncio.sleep(baseline_s)
@@ -193,12 +230,19 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int, baseline_
         latencies.clear()
         t0 = time.perf_counter()
         commits.clear()
+        tl.t0 = time.perf_counter()
         out = await dispatch(eng, CALLER, "erase_agent_data", {"agent_id": "big", "reason": "benchmark"})
         erase_s = time.perf_counter() - t0
         others = [ms for ms, erasing in commits if not erasing]
         during = list(latencies)
+        erase_end = time.perf_counter()
+        await asyncio.sleep(1.0 if trace else 0)  # what the erasure left running (release thread)
         done.set()
         await writer
+        if trace:
+            await ticker
+            tracing.close()
+        after = [(e - s) * 1000 for s, e in tl.stores if s >= erase_end]
         assert out["ok"] and out["erased_memories"] == memories, out
         return {
             "memories": memories,
@@ -219,6 +263,18 @@ async def erase_big_agent(root: Path, memories: int, concurrency: int, baseline_
             },
             # What every write queued behind it waits for: the writer thread's commit of the erasure
             # (deciding it, folding it into the decision state, appending it), and of the others.
+            **(
+                {
+                    "other_agent_store_ms_1s_after": {
+                        "p99": round(pct(after, 99), 2),
+                        "max": round(max(after), 2) if after else None,
+                        "n": len(after),
+                    },
+                    "trace": erasure_trace.report(tl),
+                }
+                if trace
+                else {}
+            ),
             "writer_erasure_commit_ms": [round(ms, 2) for ms, erasing in commits if erasing],
             "writer_other_commits_ms_during": {
                 "p50": round(pct(others, 50), 2),
@@ -256,7 +312,9 @@ def erase_path(variant: str, changes: str = "vectors") -> Iterator[None]:
     the four changes before those; ``eemb``, the four after them (``_before_eemb``);
     ``writer``, the erasure's step on the writer thread with its Python passes over the agent's
     records (``_before_writer``); ``listed``, the agent erasure's event listing every memory
-    and episode id (``_before_listed``). ``now``: as it is."""
+    and episode id (``_before_listed``); ``stalls``, the decision capture copying every facts
+    object and memo on the writer and checkpoints dumped in one call (``_before_stalls``).
+    ``now``: as it is."""
     if variant == "now":
         yield
         return
@@ -274,6 +332,10 @@ def erase_path(variant: str, changes: str = "vectors") -> Iterator[None]:
         return
     if changes == "listed":
         with _before_listed():
+            yield
+        return
+    if changes == "stalls":
+        with _before_stalls():
             yield
         return
     with ExitStack() as undone:
@@ -448,6 +510,44 @@ def _before_listed() -> Iterator[None]:
 
 
 @contextmanager
+def _before_stalls() -> Iterator[None]:
+    """The erase as it was before wave 7 (``--ab-of stalls``): the capture of the decision
+    state for its snapshot copying every memory's facts and each agent's command memo as an
+    OrderedDict on the bus's writer thread, and each checkpoint serialised by one
+    ``orjson.dumps`` call that holds the interpreter lock throughout."""
+    from collections import OrderedDict
+    from dataclasses import replace
+
+    from memstream.streams import snapshots
+    from memstream.streams.buses import embedded
+    from memstream.streams.decision.associations.index import AssocIndex
+    from memstream.streams.decision.facts import AgentDecisionState
+    from memstream.streams.decision.state import DecisionState
+
+    def capture_copying(state: DecisionState) -> DecisionState:
+        out = type(state)(state.num_partitions)
+        out.next_seq = list(state.next_seq)
+        out.event_offset, out.audit_offset = state.event_offset, state.audit_offset
+        for name, st in state.agents.items():
+            out.agents[name] = AgentDecisionState(
+                memories={mid: replace(f) for mid, f in st.memories.items()},
+                episodes=dict(st.episodes),
+                has_profile=st.has_profile,
+                model=st.model,
+                assoc=None if st.assoc is None else AssocIndex.from_snapshot(st.assoc.to_snapshot()),
+                commands=OrderedDict(st.commands.items()),  # type: ignore[arg-type]
+            )
+        return out
+
+    kept = embedded.capture, snapshots.dumps_in_pieces
+    embedded.capture, snapshots.dumps_in_pieces = capture_copying, orjson.dumps
+    try:
+        yield
+    finally:
+        embedded.capture, snapshots.dumps_in_pieces = kept
+
+
+@contextmanager
 def _before_kmig() -> Iterator[None]:
     """The erase as it was before four changes (``--ab-of kmig``, the A/B of them): the lexical
     index removing an erased agent's rows one at a time (no ``AgentIndex.remove_many``), the
@@ -551,14 +651,21 @@ async def main() -> None:
     )
     ap.add_argument(
         "--ab-of",
-        choices=("vectors", "checkpoint", "ewait", "kmig", "eemb", "writer", "listed"),
+        choices=("vectors", "checkpoint", "ewait", "kmig", "eemb", "writer", "listed", "stalls"),
         default="vectors",
         help="With --ab: which change 'before' undoes: the vector read model's bulk drop of an erased "
         "agent's rows (vectors), the decision snapshot built off the writer thread (checkpoint), "
         "both (ewait), the four earlier ones (kmig: lexical, decision state, key store, sealer), or the four "
         "after them (eemb: dropped structures freed in slices off the writer, the key pool's own lock, the "
         "collector paused and a short switch interval during the erasure), or the passes over the agent's "
-        "records its step on the writer thread made (writer), or the event listing every id (listed).",
+        "records its step on the writer thread made (writer), or the event listing every id (listed), or "
+        "wave 7's (stalls: the decision capture copying every facts object and memo on the writer, each "
+        "checkpoint dumped by one call).",
+    )
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="Record where the erase stalls other stores (bench/erasure_trace.py): phases, lock holds, loop lag.",
     )
     ap.add_argument("--ab-rounds", type=int, default=1, help="With --ab: rounds, the order alternating by round.")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "erasure.json")
@@ -588,15 +695,19 @@ async def main() -> None:
         erase: dict[str, Any]
         if a.ab:
             erase = {"before": [], "now": []}
+            filled = root / "filled"
+            erase["fill_seconds"] = await fill_big_agent(filled, a.erase_memories, a.concurrency)
             for r in range(a.ab_rounds):  # the order alternates by round
                 for variant in ("before", "now") if r % 2 == 0 else ("now", "before"):
                     with erase_path(variant, a.ab_of):
-                        one = await erase_big_agent(root / f"{variant}-{r}", a.erase_memories, a.concurrency)
+                        one = await erase_big_agent(
+                            root / f"{variant}-{r}", a.erase_memories, a.concurrency, trace=a.trace, filled=filled
+                        )
                     one["load_average_after"] = os.getloadavg()
                     erase[variant].append(one)
                     print(variant, r, orjson.dumps(one, option=orjson.OPT_INDENT_2).decode(), flush=True)
         else:
-            erase = await erase_big_agent(root, a.erase_memories, a.concurrency)
+            erase = await erase_big_agent(root, a.erase_memories, a.concurrency, trace=a.trace)
             print(orjson.dumps(erase, option=orjson.OPT_INDENT_2).decode(), flush=True)
     report = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
