@@ -36,6 +36,7 @@ from memstream.api.kafka.worker.guard import guard_worker, owner_route
 from memstream.api.kafka.worker.models import CATCH_UP_DEADLINE_S, PartitionModels
 from memstream.api.kafka.worker.partition_log import KafkaPartitionLog
 from memstream.api.kafka.worker.point_in_time import KafkaPointInTime
+from memstream.api.kafka.worker.tail import fold_fetched
 from memstream.api.kafka.worker.transfer_parts import transfer_routes
 from memstream.api.services.embedders import Embedders
 from memstream.api.services.embedding import Embedder
@@ -53,7 +54,7 @@ from memstream.streams.decision.limits import Limits
 from memstream.streams.events import AuditRecord, decode
 from memstream.streams.folding import collector_paused, freeze_long_lived
 from memstream.streams.keys.kafka import kafka_master_key
-from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics, opened
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, OutRecord, ensure_topics
 from memstream.streams.log.port import Committed, partition_for
 from memstream.streams.log.sealed_keys import Named
 from memstream.streams.log.sealing import ERASURE_TYPES
@@ -139,6 +140,9 @@ class Worker:
             group_id=None,
             enable_auto_commit=False,
             fetch_max_wait_ms=100,
+            # As a replay's reader (``fold_consumer``): a partition gained catches up in fetches
+            # of thousands of events, not of the default 1 MiB.
+            max_partition_fetch_bytes=8 * 1024 * 1024,
         )
         await self._consumer.start()
         self._tail = asyncio.create_task(self._run_tail(), name="memstream-worker-tail")
@@ -514,17 +518,18 @@ class Worker:
                 log.debug("events tail: %s", exc)
                 await asyncio.sleep(0.05)
                 continue
+            generation = self.generation
             for tp, records in batch.items():
                 models = self.models.get(tp.partition)
                 if models is None:
                     continue
-                count = 0
                 async with models.lock:
-                    for rec in records:
-                        if rec.offset > models.offset:
-                            rec = opened(rec, self.sealing)
-                            models.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
-                            count += 1
+                    if self.generation != generation:
+                        # An assignment came while an earlier partition of this fetch folded: it
+                        # seeked every partition afresh, and the rest of the fetch may not
+                        # continue the models it opened (a checkpoint restored further back).
+                        break
+                    count = await fold_fetched(models, records, self.sealing)  # worker/tail.py
                 models.folded_by_tail += count
                 self._folded(models, count)
 
