@@ -322,6 +322,19 @@ class Waits:
         return predicate()
 
 
+async def alone_then_together(
+    batcher: EmbedBatcher, model: GatedModel, pair: tuple[str, str]
+) -> tuple[asyncio.Task[np.ndarray], list[asyncio.Task[np.ndarray]]]:
+    """A call of one caller, and two callers who arrive during it and so share the next call."""
+    model.gate.clear()
+    first = asyncio.create_task(batcher.embed(["first"]))
+    await asyncio.sleep(0)
+    together = [asyncio.create_task(batcher.embed([t])) for t in pair]
+    await asyncio.sleep(0)
+    model.gate.set()
+    return first, together
+
+
 async def test_a_lone_caller_never_waits_for_company() -> None:
     """One client in turn: every call has one caller, and the model never waits after it."""
     model, waits = GatedModel(), Waits()
@@ -343,12 +356,7 @@ async def test_the_wait_after_a_shared_call_is_bounded_by_that_call_s_duration()
         return model.embed(texts)
 
     batcher = EmbedBatcher(embed, model.run_blocking, regroup=0.5, clock=lambda: now[0], wait_for=waits)
-    model.gate.clear()
-    first = asyncio.create_task(batcher.embed(["first"]))
-    await asyncio.sleep(0)
-    pair = [asyncio.create_task(batcher.embed([t])) for t in ("b", "c")]
-    await asyncio.sleep(0)
-    model.gate.set()
+    first, pair = await alone_then_together(batcher, model, ("b", "c"))
     await asyncio.gather(first, *pair)
     assert model.batches == [["first"], ["b", "c"]]
     assert waits.bounds == [1.5]
@@ -365,12 +373,7 @@ async def test_a_failed_shared_call_fails_its_callers_without_a_wait() -> None:
         return model.embed(texts)
 
     batcher = EmbedBatcher(embed, model.run_blocking, regroup=1.0, wait_for=waits)
-    model.gate.clear()
-    first = asyncio.create_task(batcher.embed(["first"]))
-    await asyncio.sleep(0)
-    doomed = [asyncio.create_task(batcher.embed([t])) for t in ("x", "y")]
-    await asyncio.sleep(0)
-    model.gate.set()
+    first, doomed = await alone_then_together(batcher, model, ("x", "y"))
     assert np.array_equal(await first, expected(["first"]))
     for task in doomed:
         with pytest.raises(RuntimeError, match="model crashed"):
