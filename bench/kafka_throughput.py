@@ -313,6 +313,7 @@ async def embedded_run(args: argparse.Namespace) -> dict[str, Any]:
         }
     finally:
         procs.stop()
+        shutil.rmtree(data, ignore_errors=True)  # the baseline's log: nothing reads it after
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
