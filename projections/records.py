@@ -297,8 +297,10 @@ class MemoriesProjection:
     def _sources(self, column: list[Any], n: int) -> list[dict[str, Any]]:
         """Each row's source: one shared dict per distinct one, but a row's own copy of a source
         with a nested value (``Sources``)."""
-        out = decoded(column, n, self.sources.of)
-        if all(isinstance(m, _Shared) for m in out):
+        table, codes = column
+        made = [self.sources.of(v) for v in table]
+        out = decoded([made, codes], n)
+        if all(isinstance(m, _Shared) for m in made):  # checked once per distinct source, not per row
             return out
         return [m if isinstance(m, _Shared) else self.sources.of(orjson.loads(_source_key(m))) for m in out]
 
@@ -313,7 +315,11 @@ class MemoriesProjection:
                 raise ValueError(f"memory snapshot column {name} has {len(values)} rows, not {n}")
             return values
 
-        created = [intern(c) for c in column("created_at")]
+        # Neither the texts nor the times are interned: sharing them with the lexical and versions
+        # read models cost ~1 CPU s per million strings (a lookup in an interning table of
+        # millions), and at 1M the RSS after loading did not grow without it (2,480 -> 2,442 MB:
+        # the table held about what the copies do; docs/benchmarks.md, "Restart").
+        created = column("created_at")
         updated = [c if u is None else intern(u) for c, u in zip(created, column("updated_at"), strict=True)]
         agents = decoded(by_code["agent_id"], n, intern)
         rows = map(
@@ -322,8 +328,7 @@ class MemoriesProjection:
             agents,
             decoded(by_code["project_id"], n, intern),
             decoded(by_code["channel"], n, intern),
-            # the content: the lexical index, loaded from its own snapshot, shares it
-            [intern(c) for c in column("content")],
+            column("content"),
             column("msg_id"),
             self._sources(by_code["source"], n),
             [m or NO_FIELDS for m in column("metadata")],
@@ -338,6 +343,9 @@ class MemoriesProjection:
         if len(self.rows) != n:
             raise ValueError("memory snapshot ids repeat")
         by_agent = self.by_agent
+        if len(by_code["agent_id"][0]) == 1:  # one agent (a table of one name): its ids at once
+            by_agent[agents[0]] = dict.fromkeys(ids)
+            return
         for mid, agent in zip(ids, agents, strict=True):
             ids_of = by_agent.get(agent)
             if ids_of is None:

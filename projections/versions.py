@@ -8,6 +8,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import is_not
 from sys import intern
 from typing import Any
 
@@ -70,16 +72,17 @@ class VersionsProjection:
     def _columns(self, cols: Sequence[Sequence[Any]]) -> None:
         """Set every column from the snapshot rows' fields, transposed (``_FIELDS`` order)."""
         refs, agents, projects, msg, version, written_at, written_off, verified_at, verified_off = cols
-        self._ref: list[str] = list(map(intern, refs))  # one string with the lexical and history refs
+        # Refs and times not interned (a load's ~2 CPU s per million rows; records.py says why).
+        self._ref: list[str] = list(refs)
         self._names: list[str] = []  # the agents and projects the rows name, each once
         self._code: dict[str, int] = {}
         self._agent = self._codes(agents)
         self._project = self._codes(projects)
         self._msg: list[str | None] = list(msg)
         self._version = array("q", version)
-        self._written_at: list[str] = list(map(intern, written_at))
+        self._written_at: list[str] = list(written_at)
         self._written_off = array("q", written_off)
-        self._verified_at: list[str | None] = [intern(v) if v is not None else None for v in verified_at]
+        self._verified_at: list[str | None] = list(verified_at)
         self._verified_off = array("q", verified_off)
         self._slot: dict[str, int] = dict(zip(self._ref, range(len(self._ref)), strict=True))
         if len(self._slot) != len(self._ref):
@@ -297,9 +300,27 @@ class VersionsProjection:
             if any(len(r) != len(_FIELDS) for r in rows):
                 raise ValueError(f"a versions snapshot row has not {len(_FIELDS)} fields")
             self._columns(tuple(zip(*rows, strict=True)) if rows else _NO_ROWS)
-        by_msg = self.by_msg
+        self._index_all()
+
+    def _index_all(self) -> None:
+        """``by_msg`` of the loaded rows. In bulk (one dict built in C) when no (agent, msg id)
+        repeats, as in most stores: the per-row loop was ~1.5 of a 1M restart's CPU seconds
+        (docs/benchmarks.md, "Restart"); else row by row, the repeats grouped in row order."""
+        msgs = self._msg
+        # ((agent, msg id), ref) per row; those without a msg id are left out below
+        keyed: Iterable[Any] = zip(
+            zip(map(self._names.__getitem__, self._agent), msgs, strict=True), self._ref, strict=True
+        )
+        count = len(msgs)
+        if None in msgs:
+            count -= msgs.count(None)
+            keyed = compress(keyed, map(is_not, msgs, repeat(None)))
+        self.by_msg = dict(keyed)
+        if len(self.by_msg) == count:
+            return
+        by_msg = self.by_msg = {}
         names, agents = self._names, self._agent
-        for i, (ref, msg_id) in enumerate(zip(self._ref, self._msg, strict=True)):
+        for i, (ref, msg_id) in enumerate(zip(self._ref, msgs, strict=True)):
             if msg_id is not None:
                 agent = names[agents[i]]
                 if by_msg.setdefault((agent, msg_id), ref) is not ref:

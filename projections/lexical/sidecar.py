@@ -196,7 +196,9 @@ def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> di
                 for pc, c in zip(pairs.tolist(), counts.tolist(), strict=True)
             }
         )
-        terms = [intern(t) for t in e["terms"]]
+        # Not interned: the dict and the packed postings share these strings; interning ~0.9M
+        # terms was ~1 CPU s of a 1M restart, for the few thousand grams it would share.
+        terms = e["terms"]
         df = arr(e["df"], np.int32, len(terms))
         pptr, pslots = csr(e["post_ptr"], e["post_slots"], len(terms))
         _, ptfs = csr(e["post_ptr"], e["post_tfs"], len(terms))
@@ -206,7 +208,7 @@ def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> di
         idx.post.pack(terms, pptr, (pslots, ptfs))
         kw = idx.kw
         kw.words = e["words"]
-        kw.ids = {w: i for i, w in enumerate(kw.words)}
+        kw.ids = dict(zip(kw.words, range(len(kw.words)), strict=True))
         kw.ptr, kw.flat = csr(e["word_ptr"], e["word_flat"], len(kw.words))
         if kw.flat.shape[0] and int(kw.flat.max()) >= n:
             raise ValueError("lexical sidecar keyword postings past the slots")
@@ -236,9 +238,10 @@ def _rows_by_slot(idx: AgentIndex, row_of: np.ndarray, agent_rows: list[list[Any
     picked = [agent_rows[i] for i in row_of.tolist()]
     if not np.array_equal(np.fromiter((r[3] for r in picked), dtype=np.int64, count=n), idx.seq[:n]):
         raise ValueError("lexical sidecar row out of place")
-    # Interned: the versions and history read models hold the same refs, the memories one the texts.
-    idx.refs = [intern(r[0]) for r in picked]
-    idx.texts = [intern(r[4]) for r in picked]
+    # Not interned (shared with the versions and memories read models, they cost ~1 CPU s per
+    # million strings to look up: projections/records.py).
+    idx.refs = [r[0] for r in picked]
+    idx.texts = [r[4] for r in picked]
     idx.slot_of = dict(zip(idx.refs, range(n), strict=True))
     if len(idx.slot_of) != n:
         raise ValueError("lexical sidecar refs repeat")

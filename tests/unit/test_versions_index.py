@@ -113,3 +113,7 @@ def test_superseded_by_equals_a_scan_of_the_rows(spec: list[tuple[Any, ...]]) ->
         assert loaded.superseded_by(agent, list(loaded.rows)) == scanned(folded, agent)
     live = {(r.agent_id, r.msg_id) for r in folded.rows.values() if r.msg_id is not None}
     assert set(folded.by_msg) == live and set(loaded.by_msg) == live  # no empty groups left
+    # the bulk index of a load, or its row-by-row one on repeats (a group may be one ref or a dict of it)
+    assert {k: {v} if isinstance(v, str) else set(v) for k, v in loaded.by_msg.items()} == {
+        k: {v} if isinstance(v, str) else set(v) for k, v in folded.by_msg.items()
+    }
