@@ -395,23 +395,50 @@ def expanded(
     no list holds, appended after them (``--extra expand`` / ``expandK``). A joined row carries
     what recall reads for it by id (``rerank.expand``): its exact cosine (the gate keys on it,
     as on a vector row's) and, through ``Signals.read``, its cosine and lexical share as signals."""
+    n = len(ag.doc_ids)
+    around = [d for c in cands[:top] for p in [int(c.ref.split(":")[1])] for d in (p - 1, p + 1) if 1 <= d <= n]
+    return joined(ag, lists, cands, sig, around)
+
+
+def spoken(
+    ag: Agent, lists: Lists, cands: list[fusion.Candidate], sig: rerank.Signals, top: int
+) -> tuple[list[fusion.Candidate], rerank.Signals]:
+    """The candidates plus the ``top`` turns of the speakers the question names that are nearest
+    the question and not candidates yet (a second vector search over those speakers' turns,
+    ``--extra spokenN``): a multi-hop question's evidence turns spread over sessions, each
+    said by the person it asks about, below the pool's cut (docs/eval.md, "Eighth pass")."""
+    named = speakers.named_in(sig.query)
+    if not named or top <= 0:
+        return cands, sig
+    have = {c.ref for c in cands}
+    theirs = [
+        int(p) + 1
+        for p in np.argsort(-lists.cos, kind="stable")
+        if speakers.speaker_of(ag.texts[p]) in named and f"mem:{int(p) + 1}" not in have
+    ]
+    return joined(ag, lists, cands, sig, theirs[:top])
+
+
+def joined(
+    ag: Agent, lists: Lists, cands: list[fusion.Candidate], sig: rerank.Signals, positions: Sequence[int]
+) -> tuple[list[fusion.Candidate], rerank.Signals]:
+    """The candidates plus the turns at ``positions`` (1-based) not among them, appended in that
+    order, each with what recall reads for it by id (``rerank.expand``)."""
     have = {c.ref for c in cands}
     n = len(ag.doc_ids)
     adjacency = dict(sig.adjacency)
     content = dict(sig.content)
     read = dict(sig.read or {})
     added = []
-    for c in cands[:top]:
-        p = int(c.ref.split(":")[1])
-        for d in (p - 1, p + 1):
-            ref = f"mem:{d}"
-            if 1 <= d <= n and ref not in have:
-                have.add(ref)
-                cos = float(lists.cos[d - 1])
-                added.append(fusion.Candidate(ref, cosine=cos))
-                read[ref] = cos
-                adjacency[ref] = (f"mem:{d - 1}" if d > 1 else None, f"mem:{d + 1}" if d < n else None)
-                content[ref] = ag.texts[d - 1]
+    for d in positions:
+        ref = f"mem:{d}"
+        if ref not in have:
+            have.add(ref)
+            cos = float(lists.cos[d - 1])
+            added.append(fusion.Candidate(ref, cosine=cos))
+            read[ref] = cos
+            adjacency[ref] = (f"mem:{d - 1}" if d > 1 else None, f"mem:{d + 1}" if d < n else None)
+            content[ref] = ag.texts[d - 1]
     for ref in {x for r in added for x in adjacency[r.ref] if x is not None} - set(read):
         read[ref] = float(lists.cos[int(ref.split(":")[1]) - 1])
     near = {x for pair in adjacency.values() for x in pair if x is not None}

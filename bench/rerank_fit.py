@@ -20,6 +20,7 @@ server check (``bench/eval_recall.py ... --memstream-modes rrf,rrf-first``) is t
     python bench/rerank_fit.py                           # fit on all five, print the constants
     python bench/rerank_fit.py --check bench/eval_data/wn-gcide
     python bench/rerank_fit.py --ceiling --pool 10,20,30,60   # evidence among the candidates
+    python bench/rerank_fit.py --cv --pool 60 --where          # where the evidence turns end up, held out
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import locomo_dev
 import numpy as np
 from eval_recall import AGENT, Dataset, K, assign_halves, load_dataset, ndcg_at_k, recall_at_k
 from locomo_dev import (
@@ -125,18 +127,22 @@ def queries(
     drop: Sequence[str] = (),
     read: bool = False,
     radius: int = 0,
+    spoken: int = 0,
 ) -> list[Query]:
     """Each question's candidates, their features (``rerank.FEATURES``, then ``extra``; the
     columns of ``drop`` zeroed, so a fit gives them weight 0) and labels. ``read``: cosines read
     by id for rows the vector list did not hold (``rerank.Signals.read``); ``expand``: the
     neighbours of that many first candidates join them (0: none; -1: every candidate's);
-    ``radius``: the window signals over that many turns either side (0: none, the columns 0)."""
+    ``radius``: the window signals over that many turns either side (0: none, the columns 0);
+    ``spoken``: that many turns of the speakers the question names join (``locomo_dev.spoken``)."""
     out = []
     for q, ls in lists.items():
         ag = agents[ds.agent_of.get(q, AGENT)]
-        cands, sig = pool_of(ag, ls, pool, read=read or bool(expand))
+        cands, sig = pool_of(ag, ls, pool, read=read or bool(expand) or bool(spoken))
         if expand:
             cands, sig = expanded(ag, ls, cands, sig, None if expand < 0 else expand)
+        if spoken:
+            cands, sig = locomo_dev.spoken(ag, ls, cands, sig, spoken)
         if radius:
             sig = windowed(ag, ls, cands, sig, radius)
         applies = rerank.conversational(sig.content, sig.content)
@@ -289,6 +295,40 @@ def score(qs: Sequence[Query], ds: Dataset, model: rerank.Model | None) -> Score
     return r10, r5, nd
 
 
+def where(qs: Sequence[Query], ds: Dataset, model: rerank.Model) -> dict[str, dict[str, int]]:
+    """Each category's evidence turns by where ``model`` leaves them, per conversation: ``top``
+    (among the K rows recall returns), ``pool`` (a candidate ranked below them or gated out) or
+    ``outside`` (no candidate: only a deeper or another search could reach it)."""
+    cat_of = {q: name for name, set_q in ds.query_sets.items() for q in set_q}
+    out: dict[str, dict[str, int]] = {}
+    for q in qs:
+        order = list(range(len(q.cands)))
+        if q.applies:
+            s = model.scores(q.x)
+            order.sort(key=lambda i: -s[i])
+        top = set(gated([q.cands[i] for i in order], len(q.agent.doc_ids))[:K])
+        pool = {c.ref for c in q.cands}
+        for p, doc in enumerate(q.agent.doc_ids):
+            if ds.qrels[q.qid].get(doc, 0) > 0:
+                ref = f"mem:{p + 1}"
+                spot = "top" if ref in top else "pool" if ref in pool else "outside"
+                row = out.setdefault(f"{cat_of[q.qid]}/{q.conv}", {"top": 0, "pool": 0, "outside": 0})
+                row[spot] += 1
+    return out
+
+
+def print_where(spots: dict[str, dict[str, int]]) -> None:
+    """``where``'s counts as shares per category, all conversations together."""
+    cats: dict[str, dict[str, int]] = {}
+    for key, row in spots.items():
+        tot = cats.setdefault(key.split("/")[0], {"top": 0, "pool": 0, "outside": 0})
+        for spot, n in row.items():
+            tot[spot] += n
+    for cat, tot in cats.items():
+        n = sum(tot.values()) or 1
+        print(f"  evidence turns, {cat} ({n}): " + ", ".join(f"{k} {v / n:.2f}" for k, v in tot.items()))
+
+
 def prepare(
     data: Path, embedder: str | None, dev_half: bool, depth: int = max(5 * K, rerank.DEPTH_FACTOR * K)
 ) -> tuple[Dataset, dict[str, Agent], dict[str, Lists]]:
@@ -374,7 +414,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         + "; 'read': cosines read by id for rows the vector list did not hold (rerank.Signals.read);"
         + " 'expand' / 'expandK': the neighbours of every candidate / of the first K join the pool (with reads);"
         + " 'windowR': the window signals over R turns either side (rerank.WINDOW);"
+        + " 'spokenN': N turns of the speakers the question names join the pool (a second vector search);"
         + " '-NAME': a signal of rerank.FEATURES left out (weight 0)",
+    )
+    ap.add_argument(
+        "--where",
+        action="store_true",
+        help="with --cv: where each category's evidence turns end up held out (top K, lower in the pool, outside it)",
     )
     ap.add_argument("--ceiling", action="store_true", help="evidence among the candidates at each --pool depth")
     ap.add_argument("--against", default="", help="with --cv: a label whose held-out scores the others are paired with")
@@ -422,6 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dated = [q for q in qids if dates.date_in(lists[q].text).named]
         plain: dict[str, Scores] = {}  # held-out scores without cue signals, by setting
         every: dict[str, Scores] = {}  # held-out scores by label, for ``--against``
+        spots: dict[str, dict[str, dict[str, int]]] = {}  # evidence turns by place (``--where``)
         for pool, extra in ((p, e) for p in map(int, args.pool.split(",")) for e in args.extra.split(";")):
             cue_set = [e for e in extra.split(",") if e]
             grow = [e for e in cue_set if e.startswith("expand")]
@@ -429,8 +476,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             drop = [e[1:] for e in cue_set if e.startswith("-")]
             wide = [e for e in cue_set if e.startswith("window")]
             radius = int(wide[0][6:]) if wide else 0
-            cues = [e for e in cue_set if e not in grow + wide and e != "read" and not e.startswith("-")]
-            qs = queries(ds, agents, lists, pool, cues, expand, drop, "read" in cue_set, radius)
+            said = [e for e in cue_set if e.startswith("spoken")]
+            spoken = int(said[0][6:]) if said else 0
+            cues = [e for e in cue_set if e not in grow + wide + said and e != "read" and not e.startswith("-")]
+            qs = queries(ds, agents, lists, pool, cues, expand, drop, "read" in cue_set, radius, spoken)
             first = summary(score(qs, ds, None), base, qids)
             report[f"pool{pool}-first-stage"] = first
             r, n = first["recall@10"], first["ndcg@10"]  # type: ignore[index]
@@ -457,9 +506,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         s = score(test, ds, model)
                         for i in range(3):
                             held[i].update(s[i])
+                        if args.where:
+                            for key, row in where(test, ds, model).items():
+                                spots.setdefault(label, {})[key] = row
                         ids = [q.qid for q in test]
                         folds.append([statistics.fmean(s[i][q] - base[i][q] for q in ids) for i in (0, 2)])
                     row = summary(held, base, qids)
+                    if label in spots:
+                        row["evidence_where"] = spots[label]
+                        print_where(spots[label])
                     row["recall@10_by_category"] = {
                         c: statistics.fmean(held[0][q] for q in set_q if q in held[0])
                         for c, set_q in ds.query_sets.items()

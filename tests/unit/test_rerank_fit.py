@@ -147,3 +147,46 @@ def test_expanded_joins_the_first_candidates_neighbours_with_their_read_cosines(
     top, _ = ld.expanded(ag, ls, cands, sig, 1)
     assert {c.ref for c in top[len(cands) :]} == {n for n in sig.adjacency[cands[0].ref] if n is not None} - have
     assert ld.pool_of(ag, ls, 1)[1].read is None
+
+
+def test_spoken_joins_the_named_speakers_nearest_turns_that_are_not_candidates() -> None:
+    from tests.unit.test_locomo_dev import agent, lists_for
+
+    ag = agent()
+    # the question is nearest Melanie's turn 6, then Caroline's 5, 3, 1; it names Caroline
+    qvec = np.array([0.1, 0, 0.5, 0, 0.8, 1.0, 0.2], dtype=np.float32)
+    ls = lists_for(ag, "Where did Caroline go camping", qvec)
+    cands, sig = ld.pool_of(ag, ls, 1, read=True)
+    have = {c.ref for c in cands}
+    wide, ws = ld.spoken(ag, ls, cands, sig, 2)
+    joined = [c.ref for c in wide[len(cands) :]]
+    caroline = [f"mem:{p}" for p in (5, 3, 1) if f"mem:{p}" not in have]
+    assert joined == caroline[:2]  # Caroline's turns only, nearest first, none twice
+    assert ws.read is not None and all(ws.read[r] == pytest.approx(float(ls.cos[int(r[4:]) - 1])) for r in joined)
+    assert set(joined) <= ws.speakers
+    # a question naming no speaker, or no rows asked for: the pool as it was
+    plain = lists_for(ag, "where was the meteor shower", qvec)
+    c2, s2 = ld.pool_of(ag, plain, 1, read=True)
+    assert ld.spoken(ag, plain, c2, s2, 2) == (c2, s2)
+    assert ld.spoken(ag, ls, cands, sig, 0) == (cands, sig)
+
+
+def test_where_places_each_evidence_turn_in_the_top_lower_in_the_pool_or_outside(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memstream.api.query.recall.fusion import Candidate
+    from tests.unit.test_locomo_dev import agent
+
+    ag = agent()
+    # candidates mem:1..4 (mem:5, mem:6 outside); the model puts mem:4 first on its one feature
+    cands = [Candidate(f"mem:{i}", cosine=0.5) for i in (1, 2, 3, 4)]
+    x = np.zeros((4, N))
+    x[:, 0] = [0.0, 0.1, 0.2, 1.0]
+    q = rf.Query("q1", "c1", cands, x, np.zeros(4), ag)
+    ds = rf.Dataset({}, {"multi-hop": {"q1": "?"}}, {"q1": {"D1:4": 1, "D1:6": 1, "D1:2": 0}})
+    model = rerank.Model(tuple(1.0 if i == 0 else 0.0 for i in range(N)))
+    assert rf.where([q], ds, model) == {"multi-hop/c1": {"top": 1, "pool": 0, "outside": 1}}
+    # with room for one row only, mem:4 is it; a lower evidence turn stays in the pool
+    monkeypatch.setattr(rf, "K", 1)
+    ds.qrels["q1"]["D1:1"] = 1
+    assert rf.where([q], ds, model) == {"multi-hop/c1": {"top": 1, "pool": 1, "outside": 1}}
