@@ -11,14 +11,14 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import orjson
 
 from memstream.projections.redaction import fold_form, is_redacted, sees_redacted
 from memstream.streams.events import decode
 from memstream.streams.folding import bulk_fold, collector_paused
-from memstream.streams.log.port import EventLog
+from memstream.streams.log.port import EventLog, LogRecord
 from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,48 @@ def fold_record(projections: Iterable[Projection], offset: int, value: bytes, ve
             if not redacted or sees_redacted(p):
                 p.apply(offset, ev)
             p.offset = offset
+
+
+@runtime_checkable
+class BatchFolding(Protocol):
+    """A projection that folds a run of events at once (``apply_many``), with the same result
+    as ``apply`` of each in turn: the lexical read model merges a batch's postings in bulk."""
+
+    offset: int
+
+    def apply_many(self, events: Sequence[tuple[int, dict[str, Any]]]) -> None: ...
+
+
+def fold_records(projections: Sequence[Projection], records: Sequence[LogRecord]) -> None:
+    """``fold_record`` of each record in turn, each decoded once: the projections without
+    ``apply_many`` fold it there and then; each one with it gets the batch's events it has not
+    applied (and may see) in one call afterwards. Projections are independent of each other,
+    so the order between them does not matter, only each one's own order of events."""
+    batching = [p for p in projections if isinstance(p, BatchFolding)]
+    if not batching:
+        for rec in records:
+            fold_record(projections, rec.offset, rec.value, rec.vector)
+        return
+    singly = [p for p in projections if not isinstance(p, BatchFolding)]
+    events: list[tuple[int, dict[str, Any], bool]] = []
+    for rec in records:
+        ev = fold_form(decode(rec.value))
+        if rec.vector is not None:
+            ev["vector"] = rec.vector
+        redacted = is_redacted(ev)
+        for p in singly:
+            if rec.offset > p.offset:
+                if not redacted or sees_redacted(p):
+                    p.apply(rec.offset, ev)
+                p.offset = rec.offset
+        events.append((rec.offset, ev, redacted))
+    if not events:
+        return
+    last = events[-1][0]
+    for b in batching:
+        sees = sees_redacted(b)
+        b.apply_many([(o, ev) for o, ev, redacted in events if o > b.offset and (sees or not redacted)])
+        b.offset = max(b.offset, last)
 
 
 class FoldedModels(Protocol):
@@ -210,8 +252,7 @@ class ProjectionRunner:
             records = self.log.read(pos, end, limit=batch, vectors=vectors)
             if not records:
                 break
-            for rec in records:
-                self.apply(rec.offset, rec.value, rec.vector)
+            fold_records(self.projections, records)
             applied += len(records)
             pos = records[-1].offset + 1
             if progress is not None:

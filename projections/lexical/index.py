@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from sys import intern
 from typing import Final
 
@@ -19,6 +19,8 @@ from memstream.projections.scope import ScopeFilter
 COMPACT_MIN_DEAD: Final = 4096
 # Block size of the top-k pre-selection (``AgentIndex.top``).
 BLOCK: Final = 64
+# A row as ``add`` takes it: (ref, project, channel, seq, text).
+Row = tuple[str, str, str, int, str]
 
 
 def _grow(a: np.ndarray, cap: int) -> np.ndarray:
@@ -110,6 +112,87 @@ class AgentIndex:
                         self.peak[t] = (max(tf_max, c), min(dl_min, len(toks)))
         self.kw.add(slot, dict.fromkeys(norm.split()))
 
+    def add_many(self, rows: Sequence[Row]) -> None:
+        """``add`` of each row in turn, with the same result (slots, postings, words, and every
+        table's order), the postings merged per batch: a rebuild's or a load's rows are mostly
+        new refs, whose postings are counted and sorted in numpy, one extend per distinct term
+        instead of two appends per term and row (docs/benchmarks.md, "Rebuild at scale"). A
+        row whose ref is live already (or repeated in the batch) is added alone at its place,
+        and so is everything once a query made dense tables (``pruning.dense_of``)."""
+        i, n = 0, len(rows)
+        while i < n:
+            if self.dense:
+                for row in rows[i:]:
+                    self.add(*row)
+                return
+            j, batch = i, set()
+            while j < n and rows[j][0] not in self.slot_of and rows[j][0] not in batch:
+                batch.add(rows[j][0])
+                j += 1
+            if j == i:
+                self.add(*rows[i])
+                i += 1
+            else:
+                self._add_fresh(rows[i:j])
+                i = j
+
+    def _add_fresh(self, rows: Sequence[Row]) -> None:
+        """Rows of refs not live and distinct (``add_many``), in order."""
+        m, slot0 = len(rows), self.n
+        cap = self.seq.shape[0]
+        while cap < slot0 + m:  # as ``add`` grows: doubled whenever full
+            cap *= 2
+        if cap != self.seq.shape[0]:
+            self.seq, self.dlen = _grow(self.seq, cap), _grow(self.dlen, cap)
+            self.proj, self.chan, self.alive = _grow(self.proj, cap), _grow(self.chan, cap), _grow(self.alive, cap)
+        norms = [normalize(row[4]) for row in rows]
+        toks_of = [tokens_of_normalized(norm) for norm in norms]
+        lens = [len(toks) for toks in toks_of]
+        end = slot0 + m
+        self.seq[slot0:end] = [row[3] for row in rows]
+        self.dlen[slot0:end] = lens
+        code = self._code
+        codes = [(code(row[1]), code(row[2])) for row in rows]  # in add's order: project, then channel
+        self.proj[slot0:end] = [c[0] for c in codes]
+        self.chan[slot0:end] = [c[1] for c in codes]
+        self.alive[slot0:end] = True
+        refs = [row[0] for row in rows]
+        self.refs.extend(refs)
+        self.texts.extend(row[4] for row in rows)
+        self.slot_of.update(zip(refs, range(slot0, end), strict=True))
+        self.buckets.update((row[1], row[2]) for row in rows)
+        self.total_len += sum(lens)
+        self.n = end
+        # Each distinct term of the batch gets a local id in order of first sight, which is
+        # the order ``add`` meets (and so inserts) new terms in; (term, slot) pairs sorted by
+        # that id, then slot, are each term's postings in ascending slots.
+        local: dict[str, int] = {}
+        ids = [local.setdefault(t, len(local)) for toks in toks_of for t in toks]
+        if ids:
+            key = (np.array(ids, dtype=np.int64) << 32) | np.repeat(np.arange(slot0, end, dtype=np.int64), lens)
+            pairs, tfs = np.unique(key, return_counts=True)
+            slot_bytes = (pairs & 0xFFFFFFFF).astype(np.int32).tobytes()
+            tf_bytes = tfs.astype(np.int32).tobytes()
+            bounds = np.flatnonzero(np.diff(pairs >> 32)).tolist()  # each term's last pair, but the last term's
+            post, df = self.post, self.df
+            a = 0
+            for t, b in zip(local, [*bounds, pairs.shape[0] - 1], strict=True):
+                b += 1
+                p = post.own(t)
+                if p is None:
+                    p = post.unpack(t)
+                if p is None:
+                    p = post[intern(t)] = (array("i"), array("i"))
+                    df[t] = b - a
+                else:
+                    df[t] += b - a
+                p[0].frombytes(slot_bytes[4 * a : 4 * b])
+                p[1].frombytes(tf_bytes[4 * a : 4 * b])
+                a = b
+        kw = self.kw
+        for slot, norm in enumerate(norms, slot0):
+            kw.add(slot, dict.fromkeys(norm.split()))
+
     def remove(self, ref: str) -> None:
         slot = self.slot_of.pop(ref, None)
         if slot is None:
@@ -167,8 +250,7 @@ class AgentIndex:
         """Re-index the live rows from their text (dead slots, postings and words all go)."""
         rows = self.live_rows()
         self.__init__()  # type: ignore[misc]
-        for row in rows:
-            self.add(*row)
+        self.add_many(rows)
 
     def compact(self) -> None:
         """Drop dead slots and renumber the live ones, in numpy (no text is re-tokenised).

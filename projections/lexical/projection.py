@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import struct
+from collections.abc import Iterable
 from sys import intern
 from typing import Any, Final
 
@@ -12,7 +13,7 @@ import orjson
 
 from memstream.projections.lexical import sidecar
 from memstream.projections.lexical.bm25 import bm25
-from memstream.projections.lexical.index import AgentIndex
+from memstream.projections.lexical.index import AgentIndex, Row
 from memstream.projections.lexical.keyword import keyword
 from memstream.projections.lexical.text import keyword_terms, query_tokens
 from memstream.projections.scope import ScopeFilter
@@ -94,6 +95,43 @@ class LexicalProjection:
             elif idx is not None:
                 refs = [f"mem:{mid}" for mid in p.get("memory_ids", ())]
                 idx.remove_many(refs + [f"ep:{eid}" for eid in p.get("episode_ids", ())])
+
+    def apply_many(self, events: Iterable[tuple[int, dict[str, Any]]]) -> None:
+        """``apply`` of each (offset, event) in turn, with the same result: runs of new texts
+        go to each agent's index as one batch (``AgentIndex.add_many``), flushed before any
+        other event and before a text whose ref is pending already."""
+        pending: dict[str, list[Row]] = {}  # agent -> rows not added yet, in order
+        pending_refs: set[str] = set()
+
+        def flush() -> None:
+            for agent, rows in pending.items():
+                self._agent(agent).add_many(rows)
+            pending.clear()
+            pending_refs.clear()
+
+        for offset, ev in events:
+            t = ev["type"]
+            if t == "memory.stored" or t == "episode.archived":
+                s, p = ev["scope"], ev["payload"]
+                ref = intern(f"mem:{p['id']}" if t == "memory.stored" else f"ep:{p['id']}")
+                if ref in pending_refs:
+                    flush()
+                idx = self.agents.get(s["agent_id"])
+                if idx is not None and ref in idx.slot_of:
+                    flush()
+                    self.apply(offset, ev)  # a re-applied create keeps its place
+                    continue
+                text = p["content"] if t == "memory.stored" else _text_of_episode(p)
+                rows = pending.get(s["agent_id"])
+                if rows is None:
+                    rows = pending[s["agent_id"]] = []
+                rows.append((ref, s.get("project_id", ""), s.get("channel", ""), offset, text))
+                pending_refs.add(ref)
+            else:
+                if pending:
+                    flush()
+                self.apply(offset, ev)
+        flush()
 
     # -- reads --------------------------------------------------------------------------
 
@@ -196,6 +234,6 @@ class LexicalProjection:
             else:
                 log.warning("lexical sidecar %s missing or damaged; re-analysing the texts", name)
         for agent, rows in rows_by_agent.items():
-            idx = self._agent(agent)
-            for ref, project, channel, seq, text in rows:
-                idx.add(ref, project, channel, int(seq), text)
+            self._agent(agent).add_many(
+                [(ref, project, channel, int(seq), text) for ref, project, channel, seq, text in rows]
+            )
