@@ -6,6 +6,7 @@ fold), the in-process fold rate of the same records, and `rebuild --kafka --jobs
     bash infra/kafka-local.sh start
     python bench/kafka_catchup.py --quick        # a smoke run: 8,000 events
     python bench/kafka_catchup.py                # 160,000 events, 4 partitions, 64-d vectors
+    python bench/kafka_catchup.py --ab TREE      # a worker's catch-up from 0: this code against TREE's
 
 One run: fill the topic with decided, sealed stores (the decider's step and sealing, appended
 through the log adapter: deciding them through a worker would take minutes); start worker A
@@ -63,11 +64,15 @@ def health(port: int) -> dict[str, Any] | None:
 class Worker:
     """One `memstream worker` process and its health port."""
 
-    def __init__(self, name: str, kafka_args: list[str], data_dir: Path, checkpoint_every: int) -> None:
+    def __init__(
+        self, name: str, kafka_args: list[str], data_dir: Path, checkpoint_every: int, code: Path | None = None
+    ) -> None:
         self.name = name
         self.port = free_port()
         env = {**os.environ, "MEMSTREAM_EMBEDDER": "none", "MEMSTREAM_DATA_DIR": str(data_dir)}
         env["MEMSTREAM_KAFKA_CHECKPOINT_EVERY"] = str(checkpoint_every)
+        if code is not None:  # another checkout's code (``--ab``): its packages ahead of this one's
+            env["PYTHONPATH"] = str(code)
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
             [*CLI, "worker", *kafka_args, "--port", str(self.port)],
@@ -75,6 +80,11 @@ class Worker:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+
+    def cpu_s(self) -> float:
+        """The worker process's CPU seconds so far (user and system, every thread)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -96,21 +106,37 @@ class Worker:
         not_yet = time.perf_counter()
         held: list[int] = []
         body: dict[str, Any] = {}
+        # /health while the partitions are held and not caught up: how many polls it answered
+        # (within the poll's 2 s timeout) and the longest time between two answers.
+        answered = 0
+        longest = 0.0
+        last_answer = 0.0
+        cpu_at = 0.0
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker {self.name} exited ({self.proc.returncode})")
+            asked = time.perf_counter()
             body = health(self.port) or {}
             parts = {int(p): int(o) for p, o in body.get("partitions", {}).items()}
             now = time.perf_counter()
+            if body:
+                if held and last_answer:
+                    longest = max(longest, now - last_answer)
+                last_answer = now
+            elif held and last_answer:
+                longest = max(longest, asked - last_answer)
             if len(parts) == want:
                 if assigned_at is None or sorted(parts) != held:
                     assigned_at, held = now, sorted(parts)
+                    answered, longest, last_answer, cpu_at = 0, 0.0, now, self.cpu_s()
                     if all(o == ends[p] - 1 for p, o in parts.items()):
-                        assigned_at = not_yet
+                        assigned_at, longest = not_yet, now - not_yet
+                elif any(o < ends[p] - 1 for p, o in parts.items()):
+                    answered += 1
                 if all(o == ends[p] - 1 for p, o in parts.items()):
                     restored = {int(p): c["restored_from"] for p, c in body.get("checkpoints", {}).items()}
                     folded = sum(ends[p] - (restored.get(p) if restored.get(p) is not None else -1) - 1 for p in held)
-                    seconds = now - assigned_at
+                    seconds, cpu = now - assigned_at, self.cpu_s() - cpu_at
                     return {
                         "partitions": held,
                         "events_in_partitions": sum(ends[p] for p in held),
@@ -120,6 +146,13 @@ class Worker:
                         "seconds_process_start_to_assigned": round(assigned_at - self.started, 3),
                         "seconds_process_start_to_caught_up": round(now - self.started, 3),
                         "events_folded_per_s": round(folded / seconds) if seconds > 0 else None,
+                        # CPU from the first answer showing the partitions (fewer than the
+                        # whole catch-up's when that answer came late): per event, load-independent.
+                        "cpu_seconds": round(cpu, 2),
+                        "cpu_ms_per_event": round(cpu * 1000 / folded, 4) if folded else None,
+                        "cpu_seconds_process_start_to_caught_up": round(self.cpu_s(), 2),
+                        "health_answers_during_catch_up": answered,
+                        "health_longest_silence_s": round(longest, 3),
                         "partition_events_per_s": round(sum(ends[p] for p in held) / seconds) if seconds > 0 else None,
                         "fold": body.get("fold"),
                         "checkpoints": body.get("checkpoints"),
@@ -202,21 +235,27 @@ def fold_in_process(records: list[Any], options: Any) -> dict[str, Any]:
     from memstream.api.kafka.worker.models import PartitionModels
 
     models: dict[int, PartitionModels] = {}
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for rec in records:
         m = models.get(rec.partition)
         if m is None:
             m = models[rec.partition] = PartitionModels(rec.partition, 0, None, options)
         m.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
-    seconds = time.perf_counter() - started
-    return {"events": len(records), "seconds": round(seconds, 3), "events_per_s": round(len(records) / seconds)}
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return {
+        "events": len(records),
+        "seconds": round(seconds, 3),
+        "events_per_s": round(len(records) / seconds),
+        "cpu_ms_per_event": round(cpu * 1000 / len(records), 4),
+    }
 
 
 async def rebuild(cfg: Any, parts: list[int], jobs: int) -> dict[str, Any]:
     from memstream.api.kafka.worker.replay import rebuild_partitions
 
     r = await rebuild_partitions(cfg, parts, jobs=jobs)
-    out = {k: r.get(k) for k in ("events", "seconds", "events_per_second", "setup_seconds", "wall_seconds")}
+    keys = ("events", "seconds", "events_per_second", "setup_seconds", "wall_seconds", "cpu_seconds", "cores_used")
+    out = {k: r.get(k) for k in keys}
     out["partitions"] = parts
     out["jobs"] = jobs
     out["loadavg"] = load()
@@ -232,6 +271,27 @@ def sidecars(data_dir: Path) -> dict[str, list[str]]:
     return {str(d.relative_to(root)): sorted(f.name for f in d.iterdir()) for d in sorted(root.glob("*/p*"))}
 
 
+def run_header(args: argparse.Namespace, **config: Any) -> dict[str, Any]:
+    """The start of a run's report: its exact command (with the code it ran, when not this
+    checkout's), the topic's shape, and the load."""
+    code = f"PYTHONPATH={os.environ['PYTHONPATH']} " if os.environ.get("PYTHONPATH") else ""
+    return {
+        "command": f"{code}python bench/kafka_catchup.py " + " ".join(sys.argv[1:]),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": {
+            "events": args.events,
+            "partitions": args.partitions,
+            "vector_dim": args.dim,
+            "sealed": True,
+            "embedding": "excluded in the workers (MEMSTREAM_EMBEDDER=none); stores carry random vectors",
+            "health_poll_s": POLL_S,
+            "cpus": os.cpu_count(),
+            **config,
+        },
+        "loadavg_start": load(),
+    }
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from memstream.api.services.settings import load_settings
     from memstream.streams.log.kafka import KafkaConfig, delete_topics_with_prefix
@@ -243,21 +303,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     data_b = Path(tempfile.mkdtemp(prefix="memstream-catchup-b-"))
     per_partition = args.events // args.partitions
     every = args.checkpoint_every or max(1000, per_partition // 4)
-    report: dict[str, Any] = {
-        "command": "python bench/kafka_catchup.py " + " ".join(sys.argv[1:]),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "config": {
-            "events": args.events,
-            "partitions": args.partitions,
-            "vector_dim": args.dim,
-            "sealed": True,
-            "embedding": "excluded in the workers (MEMSTREAM_EMBEDDER=none); stores carry random vectors",
-            "worker_checkpoint_every": every,
-            "health_poll_s": POLL_S,
-            "cpus": os.cpu_count(),
-        },
-        "loadavg_start": load(),
-    }
+    report = run_header(args, worker_checkpoint_every=every)
     workers: list[Worker] = []
     try:
         t = time.perf_counter()
@@ -333,6 +379,84 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+async def ab_async(args: argparse.Namespace) -> dict[str, Any]:
+    """``--ab TREE``: one worker gaining every partition and folding it from 0, this checkout's
+    code against TREE's (another checkout, e.g. a `git worktree` of the commit before a change),
+    alternating the order by round on one topic; then, on the same partitions, the in-process
+    fold and `rebuild --kafka --jobs 1` (its CPU too), and `--jobs 2` (``args.rounds`` pairs)."""
+    from memstream.api.services.settings import load_settings
+    from memstream.streams.log.kafka import KafkaConfig, delete_topics_with_prefix
+
+    prefix = f"memstream-bench-catchup-{uuid.uuid4().hex[:8]}"
+    cfg = KafkaConfig(bootstrap=BOOTSTRAP, prefix=prefix, partitions=args.partitions)
+    kafka_args = ["--kafka", BOOTSTRAP, "--prefix", prefix, "--partitions", str(args.partitions)]
+    code = Path(tempfile.mkdtemp(prefix="memstream-ab-code-"))
+    (code / "memstream").mkdir()
+    for package in ("api", "projections", "streams"):  # as the editable install maps them
+        (code / "memstream" / package).symlink_to(args.ab.resolve() / package)
+    report = run_header(args, before=str(args.ab), worker_checkpoints="off")
+    try:
+        ends = await fill(cfg, args.events, args.dim)
+        everything = sorted(ends)
+        rounds = []
+        for r in range(args.rounds):
+            row = {}
+            for kind in ("before", "after") if r % 2 == 0 else ("after", "before"):
+                data = Path(tempfile.mkdtemp(prefix=f"memstream-ab-{kind}-"))
+                w = Worker(kind, kafka_args, data, 0, code if kind == "before" else None)
+                try:
+                    row[kind] = w.watch(ends, len(everything))
+                finally:
+                    w.stop()
+                    shutil.rmtree(data, ignore_errors=True)
+            rounds.append(row)
+            print(json.dumps({k: {f: v.get(f) for f in AB_FIELDS} for k, v in row.items()}), flush=True)
+        report["catch_up_rounds"] = rounds
+        options = load_settings().read_model_options
+        raw, records = await raw_read(cfg, everything, ends, keep=True)
+        report["raw_read"] = raw | {"loadavg": load()}
+        report["fold_in_process"] = fold_in_process(records, options) | {"loadavg": load()}
+        del records
+        jobs = []
+        for r in range(args.rounds):
+            jobs.append({f"jobs_{j}": await rebuild(cfg, everything, j) for j in ((1, 2) if r % 2 == 0 else (2, 1))})
+        for row in jobs:
+            for x in row.values():
+                x.pop("digests")
+        report["rebuild_rounds"] = jobs
+        fold = report["fold_in_process"]["events_per_s"]
+        report["ratios"] = {
+            "after_over_before": [
+                round(x["after"]["events_folded_per_s"] / x["before"]["events_folded_per_s"], 2) for x in rounds
+            ],
+            "after_over_fold_in_process": [round(x["after"]["events_folded_per_s"] / fold, 2) for x in rounds],
+            "before_over_fold_in_process": [round(x["before"]["events_folded_per_s"] / fold, 2) for x in rounds],
+            "after_over_rebuild_jobs1": [
+                round(x["after"]["events_folded_per_s"] / j["jobs_1"]["events_per_second"], 2)
+                for x, j in zip(rounds, jobs, strict=True)
+            ],
+            "rebuild_jobs2_over_jobs1": [
+                round(j["jobs_2"]["events_per_second"] / j["jobs_1"]["events_per_second"], 2) for j in jobs
+            ],
+        }
+    finally:
+        await delete_topics_with_prefix(BOOTSTRAP, prefix)
+        shutil.rmtree(code, ignore_errors=True)
+    report["loadavg_end"] = load()
+    return report
+
+
+AB_FIELDS = (
+    "events_folded_per_s",
+    "cpu_ms_per_event",
+    "cpu_seconds_process_start_to_caught_up",
+    "seconds_assigned_to_caught_up",
+    "health_answers_during_catch_up",
+    "health_longest_silence_s",
+    "loadavg",
+)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=160_000)
@@ -342,13 +466,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="rebuild --jobs 1/2 rounds, alternating the order")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 8,000 events, one rebuild round")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kafka_catchup.json")
+    ap.add_argument("--ab", type=Path, help="a checkout whose worker to run against this one's (see ab_async)")
     args = ap.parse_args()
+    if args.ab is not None and args.out == ap.get_default("out"):
+        args.out = ROOT / "bench" / "results" / "kafka_catchup_ab.json"
     if args.quick:
         args.events, args.rounds = 8000, 1
     # Kafka mode seals its events: every process needs the same master key (one per run here).
     if not (os.environ.get("MEMSTREAM_MASTER_KEY") or os.environ.get("MEMSTREAM_MASTER_KEY_FILE")):
         os.environ["MEMSTREAM_MASTER_KEY"] = base64.b64encode(os.urandom(32)).decode()
-    report = asyncio.run(main_async(args))
+    report = asyncio.run(ab_async(args) if args.ab is not None else main_async(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: v for k, v in report.items() if k != "rebuild_rounds"}, indent=2))
