@@ -513,11 +513,13 @@ def _before_listed() -> Iterator[None]:
 def _before_stalls() -> Iterator[None]:
     """The erase as it was before wave 7 (``--ab-of stalls``): the capture of the decision
     state for its snapshot copying every memory's facts and each agent's command memo as an
-    OrderedDict on the bus's writer thread, and each checkpoint serialised by one
-    ``orjson.dumps`` call that holds the interpreter lock throughout."""
+    OrderedDict on the bus's writer thread, each checkpoint serialised by one
+    ``orjson.dumps`` call that holds the interpreter lock throughout, and the versions read
+    model compacting its columns each time half its slots are dropped during an erasure."""
     from collections import OrderedDict
     from dataclasses import replace
 
+    from memstream.projections.versions import VersionsProjection
     from memstream.streams import snapshots
     from memstream.streams.buses import embedded
     from memstream.streams.decision.associations.index import AssocIndex
@@ -539,12 +541,18 @@ def _before_stalls() -> Iterator[None]:
             )
         return out
 
+    def drop_compacting(self: VersionsProjection, ref: str, *, compact: bool = True) -> None:
+        drop_now(self, ref, compact=True)
+
     kept = embedded.capture, snapshots.dumps_in_pieces
+    drop_now = VersionsProjection._drop
     embedded.capture, snapshots.dumps_in_pieces = capture_copying, orjson.dumps
+    VersionsProjection._drop = drop_compacting  # type: ignore[method-assign]
     try:
         yield
     finally:
         embedded.capture, snapshots.dumps_in_pieces = kept
+        VersionsProjection._drop = drop_now  # type: ignore[method-assign]
 
 
 @contextmanager
