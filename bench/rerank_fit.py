@@ -507,8 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         for i in range(3):
                             held[i].update(s[i])
                         if args.where:
-                            for key, row in where(test, ds, model).items():
-                                spots.setdefault(label, {})[key] = row
+                            for key, counts in where(test, ds, model).items():
+                                spots.setdefault(label, {})[key] = counts
                         ids = [q.qid for q in test]
                         folds.append([statistics.fmean(s[i][q] - base[i][q] for q in ids) for i in (0, 2)])
                     row = summary(held, base, qids)
