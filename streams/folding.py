@@ -27,12 +27,18 @@ def bulk_fold(events: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
+def collector_paused(*, collect: bool = False) -> Iterator[None]:
     """Pause the cyclic garbage collector while building long-lived state (a long fold, a
     checkpoint's load), then freeze what survives. Loading the checkpoints at 100k memories
     builds millions of objects and no cycles: with the collector on, its passes over them took
     more than half of the load (3.9 CPU s against 1.8 paused, bench/restart.py). Nested or
-    concurrent uses leave the collector to the outermost one."""
+    concurrent uses leave the collector to the outermost one.
+
+    A freeze also keeps any garbage cycle alive at that moment for good. A pause that recurs
+    for as long as the process runs (a worker's tail) passes ``collect=True``: the garbage is
+    collected before the freeze, a pass over what was made since the last freeze only (earlier
+    survivors are frozen already); frozen without it every few seconds, a busy worker would
+    keep a little more garbage each time."""
     if not gc.isenabled():
         yield
         return
@@ -41,6 +47,8 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+        if collect:
+            gc.collect()
         gc.freeze()
 
 

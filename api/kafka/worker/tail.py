@@ -4,7 +4,8 @@ thousands of events, seconds of fold each on a loaded machine: folded on the eve
 kept the worker from answering anything, ``/health`` included, until caught up (bench/kafka_catchup.py,
 docs/benchmarks.md "Kafka catch-up"). So a large fetch is folded on a thread, with the cyclic
 collector paused as a replay's fold is (streams/folding.py), while the loop goes on answering
-and fetching the next batch; a small one (the steady tail, a few events) inline, where handing
+and fetching the next batch (its garbage collected before its survivors are frozen: this fold
+recurs); a small one (the steady tail, a few events) inline, where handing
 it to a thread would cost more than the fold.
 
 The caller holds the partition's lock throughout, as for any fold: reads of the partition wait
@@ -27,7 +28,9 @@ OFFLOAD_AT = 64  # records of one partition in one fetch from which they fold on
 
 
 def _fold_paused(models: FoldedModels, records: Sequence[ConsumerRecord[bytes, bytes]], opener: Opener | None) -> int:
-    with collector_paused():
+    # Collected before the freeze: large fetches recur on a busy worker, and a bare freeze would
+    # keep the garbage cycles alive at that moment for good.
+    with collector_paused(collect=True):
         return fold_records(models, records, opener)
 
 
