@@ -66,10 +66,19 @@ def fold_record(projections: Iterable[Projection], offset: int, value: bytes, ve
     """Fold the record at ``offset`` (its encoded event and vector attachment) into each
     projection that has not applied it: an erasure as the deletion it lists, an event it
     redacted only into the folds that keep envelopes (projections/redaction.py)."""
+    ev, redacted = _decoded(value, vector)
+    _apply_each(projections, offset, ev, redacted)
+
+
+def _decoded(value: bytes, vector: bytes | None) -> tuple[dict[str, Any], bool]:
+    """A record's event in fold form, with its vector attachment, and whether it is redacted."""
     ev = fold_form(decode(value))
     if vector is not None:
         ev["vector"] = vector  # the attachment, for folds that need vectors
-    redacted = is_redacted(ev)
+    return ev, is_redacted(ev)
+
+
+def _apply_each(projections: Iterable[Projection], offset: int, ev: dict[str, Any], redacted: bool) -> None:
     for p in projections:
         if offset > p.offset:
             if not redacted or sees_redacted(p):
@@ -100,15 +109,8 @@ def fold_records(projections: Sequence[Projection], records: Sequence[LogRecord]
     singly = [p for p in projections if not isinstance(p, BatchFolding)]
     events: list[tuple[int, dict[str, Any], bool]] = []
     for rec in records:
-        ev = fold_form(decode(rec.value))
-        if rec.vector is not None:
-            ev["vector"] = rec.vector
-        redacted = is_redacted(ev)
-        for p in singly:
-            if rec.offset > p.offset:
-                if not redacted or sees_redacted(p):
-                    p.apply(rec.offset, ev)
-                p.offset = rec.offset
+        ev, redacted = _decoded(rec.value, rec.vector)
+        _apply_each(singly, rec.offset, ev, redacted)
         events.append((rec.offset, ev, redacted))
     if not events:
         return
