@@ -1321,7 +1321,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--query-concurrency", type=int, default=1, help="recalls in flight (1 gives clean latencies)")
     ap.add_argument("--cpersona-concurrency", type=int, default=4, help="CPersona requests in flight over stdio")
     ap.add_argument("--cpersona", default=DEFAULT_CPERSONA, help="CPersona console script in its own venv")
-    ap.add_argument("--python", default=sys.executable, help="python that runs memstream and the embed server")
+    ap.add_argument("--python", default=sys.executable, help="python that runs memstream (and the embed server)")
+    ap.add_argument(
+        "--embed-python",
+        default=None,
+        help="python that runs the embed server (default: --python); e.g. a venv with wordllama, which must not "
+        "go into the project venv (it upgrades click past the pin); memstream must import there",
+    )
     ap.add_argument("--embed-model", default=None, help="embed_server.py --model (default: memstream's default)")
     ap.add_argument(
         "--memstream-embedder",
@@ -1407,7 +1413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     t_all = time.perf_counter()
     try:
-        embed = EmbedServer(args.python, args.embed_model, work)
+        embed = EmbedServer(args.embed_python or args.python, args.embed_model, work)
         log(f"embed server {embed.url} model={embed.model} dim={embed.dim}")
         if "reference" in systems:
             results += run_references(ds, embed)
