@@ -62,17 +62,26 @@ def digest_of(projection: Projection) -> str:
 ProgressFn = Callable[[int, int], None]
 
 
+# A record opened and decoded: (offset, its event as stored, its vector attachment).
+Opened = tuple[int, dict[str, Any], bytes | None]
+
+
 def fold_record(projections: Iterable[Projection], offset: int, value: bytes, vector: bytes | None) -> None:
     """Fold the record at ``offset`` (its encoded event and vector attachment) into each
     projection that has not applied it: an erasure as the deletion it lists, an event it
     redacted only into the folds that keep envelopes (projections/redaction.py)."""
-    ev, redacted = _decoded(value, vector)
+    fold_event(projections, offset, decode(value), vector)
+
+
+def fold_event(projections: Iterable[Projection], offset: int, event: dict[str, Any], vector: bytes | None) -> None:
+    """``fold_record`` of a record already decoded (``event`` is the fold's own: it is changed)."""
+    ev, redacted = _fold_form(event, vector)
     _apply_each(projections, offset, ev, redacted)
 
 
-def _decoded(value: bytes, vector: bytes | None) -> tuple[dict[str, Any], bool]:
+def _fold_form(event: dict[str, Any], vector: bytes | None) -> tuple[dict[str, Any], bool]:
     """A record's event in fold form, with its vector attachment, and whether it is redacted."""
-    ev = fold_form(decode(value))
+    ev = fold_form(event)
     if vector is not None:
         ev["vector"] = vector  # the attachment, for folds that need vectors
     return ev, is_redacted(ev)
@@ -96,22 +105,35 @@ class BatchFolding(Protocol):
     def apply_many(self, events: Sequence[tuple[int, dict[str, Any]]]) -> None: ...
 
 
+@runtime_checkable
+class DecodedReads(Protocol):
+    """A log that reads its records straight into decoded events (the embedded log: its sealed
+    records are opened into dicts, not into bytes parsed again: ``SqliteLog.read_decoded``)."""
+
+    def read_decoded(self, start: int = 0, stop: int | None = None, *, limit: int, vectors: bool) -> list[Opened]: ...
+
+
 def fold_records(projections: Sequence[Projection], records: Sequence[LogRecord]) -> None:
-    """``fold_record`` of each record in turn, each decoded once: the projections without
-    ``apply_many`` fold it there and then; each one with it gets the batch's events it has not
-    applied (and may see) in one call afterwards. Projections are independent of each other,
-    so the order between them does not matter, only each one's own order of events."""
+    """``fold_record`` of each record in turn, each decoded once (``fold_opened``)."""
+    fold_opened(projections, [(rec.offset, decode(rec.value), rec.vector) for rec in records])
+
+
+def fold_opened(projections: Sequence[Projection], records: Sequence[Opened]) -> None:
+    """``fold_event`` of each record in turn: the projections without ``apply_many`` fold it
+    there and then; each one with it gets the batch's events it has not applied (and may see)
+    in one call afterwards. Projections are independent of each other, so the order between
+    them does not matter, only each one's own order of events."""
     batching = [p for p in projections if isinstance(p, BatchFolding)]
     if not batching:
-        for rec in records:
-            fold_record(projections, rec.offset, rec.value, rec.vector)
+        for offset, event, vector in records:
+            fold_event(projections, offset, event, vector)
         return
     singly = [p for p in projections if not isinstance(p, BatchFolding)]
     events: list[tuple[int, dict[str, Any], bool]] = []
-    for rec in records:
-        ev, redacted = _decoded(rec.value, rec.vector)
-        _apply_each(singly, rec.offset, ev, redacted)
-        events.append((rec.offset, ev, redacted))
+    for offset, event, vector in records:
+        ev, redacted = _fold_form(event, vector)
+        _apply_each(singly, offset, ev, redacted)
+        events.append((offset, ev, redacted))
     if not events:
         return
     last = events[-1][0]
@@ -250,13 +272,19 @@ class ProjectionRunner:
     def _fold(self, pos: int, end: int, progress: ProgressFn | None, batch: int) -> int:
         applied = 0
         vectors = any(getattr(p, "needs_vectors", False) for p in self.projections)
+        decoded = self.log if isinstance(self.log, DecodedReads) else None
         while pos < end:
-            records = self.log.read(pos, end, limit=batch, vectors=vectors)
-            if not records:
+            if decoded is not None:
+                opened = decoded.read_decoded(pos, end, limit=batch, vectors=vectors)
+            else:
+                opened = [
+                    (r.offset, decode(r.value), r.vector) for r in self.log.read(pos, end, limit=batch, vectors=vectors)
+                ]
+            if not opened:
                 break
-            fold_records(self.projections, records)
-            applied += len(records)
-            pos = records[-1].offset + 1
+            fold_opened(self.projections, opened)
+            applied += len(opened)
+            pos = opened[-1][0] + 1
             if progress is not None:
                 progress(pos, end)
         return applied
@@ -264,6 +292,10 @@ class ProjectionRunner:
     def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
         """Fold one record into every projection that has not applied it (``FoldedModels``)."""
         fold_record(self.projections, offset, value, vector)
+
+    def apply_event(self, offset: int, event: dict[str, Any], vector: bytes | None) -> None:
+        """``apply`` of a record already decoded (a rebuild's pass shared with the decision state)."""
+        fold_event(self.projections, offset, event, vector)
 
     def digests(self) -> dict[str, str]:
         return {p.name: digest_of(p) for p in self.projections}

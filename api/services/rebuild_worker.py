@@ -93,7 +93,7 @@ def run(settings: Settings, models: tuple[str, ...], save: bool, took_ends: Call
         mark = time.perf_counter()
         decision = DecisionState(log.num_partitions)
         fresh = ProjectionRunner(log, fresh_factories(settings, snapshots, models), snapshots=None)
-        catch_up_decision_state(log, decision, stop=ends, also=fresh.apply)
+        catch_up_decision_state(log, decision, stop=ends, also=fresh.apply_event)
         out.phases_s["fold"] = time.perf_counter() - mark
         mark = time.perf_counter()
         out.rebuilt = fresh.digests()

@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 
 DECISION_SNAPSHOT = "decision"
 MAX_BATCH = 512
-# Folds a record into read models: (offset, its opened event bytes, its opened vector).
-RecordFold = Callable[[int, bytes, bytes | None], None]
+# Folds a record into read models: (offset, its opened and decoded event, its opened vector).
+# The event is the one the decision state folded just before: the read models may change it.
+RecordFold = Callable[[int, dict[str, Any], bytes | None], None]
 
 
 @dataclass(slots=True)
@@ -91,23 +92,21 @@ def catch_up_decision_state(
 def _opened(sealer: Sealer | None, value: bytes) -> dict[str, Any]:
     if sealer is None:
         return decode(value)
-    ev = decode(sealer.open(value, None)[0])
+    ev = sealer.open_decoded(value, None)[0]
     if ev.get("type") in ERASURE_TYPES:
         # Another process erased: its keys are going, so new writes must not reuse a cached one.
         sealer.forget(ev["scope"]["agent_id"], ev["payload"].get("scopes"))
     return ev
 
 
-def _opened_with(
-    sealer: Sealer | None, value: bytes, vector: bytes | None
-) -> tuple[dict[str, Any], bytes, bytes | None]:
-    """``_opened``, keeping the opened bytes (and vector) for the read models' fold."""
-    if sealer is not None:
-        value, vector = sealer.open(value, vector)
-    ev = decode(value)
-    if sealer is not None and ev.get("type") in ERASURE_TYPES:
+def _opened_with(sealer: Sealer | None, value: bytes, vector: bytes | None) -> tuple[dict[str, Any], bytes | None]:
+    """``_opened``, with the opened vector for the read models' fold."""
+    if sealer is None:
+        return decode(value), vector
+    ev, vector = sealer.open_decoded(value, vector)
+    if ev.get("type") in ERASURE_TYPES:
         sealer.forget(ev["scope"]["agent_id"], ev["payload"].get("scopes"))
-    return ev, value, vector
+    return ev, vector
 
 
 def _catch_up(
@@ -137,6 +136,9 @@ def _catch_up(
             sql += " AND after_event < ?"
             args += (bound,)
         audits = db.execute(sql + ' ORDER BY "offset"', args).fetchall()
+        if sealer is not None:  # the batch's keys in one query, not one per record
+            sealer.refresh()
+            sealer.fetch([row[1] for row in rows] + [row[2] for row in audits])
         i = 0
         for offset, value, vector in rows:
             while i < len(audits) and audits[i][1] < offset:
@@ -145,9 +147,9 @@ def _catch_up(
             if also is None:
                 state.apply_event(offset, _opened(sealer, value))
             else:
-                ev, value, vector = _opened_with(sealer, value, vector)
+                ev, vector = _opened_with(sealer, value, vector)
                 state.apply_event(offset, ev)
-                also(offset, value, vector)
+                also(offset, ev, vector)
         for a_offset, _, value in audits[i:]:
             state.apply_audit(a_offset, _opened(sealer, value))
         n += len(rows) + len(audits)

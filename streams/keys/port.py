@@ -9,7 +9,7 @@ id. The store holds key material only; the log holds which key seals what (its `
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 KEY_ID_BYTES = 16
 DEK_BYTES = 32
@@ -46,3 +46,13 @@ class KeyStore(Protocol):
     def rewrap(self, new_master: bytes, progress: Callable[[int, int], None] | None = None) -> int: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class BatchKeys(Protocol):
+    """A key store that looks up many keys in one call (``Sealer.fetch``): a fold opens
+    thousands of records a read, each under a key of its own."""
+
+    def get_many(self, key_ids: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The unwrapped data keys of those ``key_ids`` the store holds (destroyed ones are left out)."""
+        ...

@@ -19,8 +19,9 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from memstream.streams.events import decode
 from memstream.streams.keys.rotation import open_key_store
 from memstream.streams.log.port import LogRecord
 from memstream.streams.log.sealing import Sealer, is_sealed
@@ -162,16 +163,17 @@ class SqliteLog:
         row = self.connection().execute('SELECT MAX("offset") FROM audit').fetchone()
         return 0 if row[0] is None else int(row[0]) + 1
 
-    def read(
+    def _rows(
         self,
-        start: int = 0,
-        stop: int | None = None,
+        start: int,
+        stop: int | None,
         *,
         agent_id: str | None = None,
         limit: int = 10_000,
         vectors: bool = True,
         types: Sequence[str] | None = None,
     ) -> list[LogRecord]:
+        """The events of ``read`` as stored (sealed ones not opened)."""
         if start > MAX_OFFSET:
             return []
         start = max(start, 0)  # offsets start at 0: an earlier start reads the same rows
@@ -191,7 +193,32 @@ class SqliteLog:
             args.extend(types)
         sql += ' ORDER BY "offset" LIMIT ?'
         args.append(limit)
-        return self._opened([LogRecord(*row) for row in self.connection().execute(sql, args)])
+        return [LogRecord(*row) for row in self.connection().execute(sql, args)]
+
+    def read(
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        agent_id: str | None = None,
+        limit: int = 10_000,
+        vectors: bool = True,
+        types: Sequence[str] | None = None,
+    ) -> list[LogRecord]:
+        return self._opened(self._rows(start, stop, agent_id=agent_id, limit=limit, vectors=vectors, types=types))
+
+    def read_decoded(
+        self, start: int = 0, stop: int | None = None, *, limit: int = 10_000, vectors: bool = True
+    ) -> list[tuple[int, dict[str, Any], bytes | None]]:
+        """(offset, event, vector) of the events ``read`` answers, each record opened straight
+        into the dict a fold takes (``Sealer.open_decoded``), not opened to bytes and parsed again."""
+        records = self._rows(start, stop, limit=limit, vectors=vectors)
+        sealer = self.sealer
+        if sealer is None:
+            return [(r.offset, decode(r.value), r.vector) for r in records]
+        sealer.refresh()
+        sealer.fetch(r.value for r in records)
+        return [(r.offset, *sealer.open_decoded(r.value, r.vector)) for r in records]
 
     def _opened(self, records: list[LogRecord]) -> list[LogRecord]:
         """Records as their readers see them: sealed ones opened, or redacted once their key is gone."""
@@ -199,6 +226,7 @@ class SqliteLog:
         if sealer is None or not any(is_sealed(r.value) for r in records):
             return records
         sealer.refresh()
+        sealer.fetch(r.value for r in records)  # their keys in one query, not one each
         out = []
         for r in records:
             value, vector = sealer.open(r.value, r.vector)
