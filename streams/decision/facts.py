@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import ItemsView, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from itertools import compress
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from memstream.streams.decision.associations.index import AssocIndex
 from memstream.streams.decision.memo import COMMAND_MEMO_PER_AGENT, REDACTED_REPORT, AssociationsMemo, Memo
 from memstream.streams.release import release_later
+
+_K = TypeVar("_K")
 
 
 @dataclass(slots=True)
@@ -101,6 +105,29 @@ class AgentDecisionState:
     # (on the bus's writer thread, which every agent's writes wait for).
     locked: set[int] = field(default_factory=set)
 
+    def reindex(self) -> None:
+        """``by_msg``, ``by_content`` and ``locked`` of ``memories`` (in id order, the order the
+        fold first saw them), as the fold leaves them: the first memory under a key keeps it.
+
+        Each index is one dict built in C from columns of the facts; only when a key repeats
+        (an update made two contents equal) is it built row by row with ``setdefault``. The
+        per-row loop was ~2.3 of the decision state's ~3.8 CPU s at 1M (docs/benchmarks.md,
+        "Restart", sixth round)."""
+        ids = list(self.memories)
+        facts = list(self.memories.values())
+        projects = list(map(_PROJECT, facts))
+        content = list(zip(projects, map(_CHANNEL, facts), map(_CONTENT_KEY, facts), strict=True))
+        self.by_content = _first_wins(content, ids)
+        msg_ids = list(map(_MSG_ID, facts))
+        keyed_ids: list[int] = ids
+        if None in msg_ids:
+            present = [m is not None for m in msg_ids]
+            keyed_ids = list(compress(ids, present))
+            projects = list(compress(projects, present))
+            msg_ids = list(compress(msg_ids, present))
+        self.by_msg = _first_wins(list(zip(projects, msg_ids, strict=True)), keyed_ids)
+        self.locked = set(compress(ids, map(_LOCKED, facts)))
+
     def remember(self, command_id: str, outcome: Memo) -> None:
         if command_id in self.commands:
             return  # the first outcome is the one a retry gets back
@@ -175,6 +202,24 @@ class AgentDecisionState:
         key = (facts.project, facts.channel, facts.content_key)
         if self.by_content.get(key) == memory_id:
             del self.by_content[key]
+
+
+_PROJECT = attrgetter("project")
+_CHANNEL = attrgetter("channel")
+_CONTENT_KEY = attrgetter("content_key")
+_MSG_ID = attrgetter("msg_id")
+_LOCKED = attrgetter("locked")
+
+
+def _first_wins(keys: list[_K], ids: list[int]) -> dict[_K, int]:
+    """``{key: id}`` with each key's first id, as ``setdefault`` row by row leaves it."""
+    out = dict(zip(keys, ids, strict=True))
+    if len(out) == len(keys):
+        return out  # no key repeats: the same dict, in the same order
+    out = {}
+    for key, mid in zip(keys, ids, strict=True):
+        out.setdefault(key, mid)
+    return out
 
 
 # Model tuples are shared, not built per record: a fold of a million memories holds one.

@@ -266,13 +266,7 @@ class DecisionState:
                 st.memories = dict(sorted(st.memories.items()))
             else:
                 st.memories = memories_from_columns(a["memories"])  # in id order
-            # Index maps are rebuilt in id order, the order the fold first saw them.
-            for mid, f in st.memories.items():
-                if f.msg_id is not None:
-                    st.by_msg.setdefault((f.project, f.msg_id), mid)
-                st.by_content.setdefault((f.project, f.channel, f.content_key), mid)
-                if f.locked:
-                    st.locked.add(mid)
+            st.reindex()
             st.episodes = {eid: intern_models(*models) for eid, models in a["episodes"]}
             st.has_profile = a["has_profile"]
             st.model = a["model"]

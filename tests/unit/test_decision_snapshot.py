@@ -34,6 +34,7 @@ def test_both_formats_load_the_same_state(specs: list[tuple[Any, ...]]) -> None:
             got = restored.agents[name]
             assert list(got.memories.items()) == list(st.memories.items())
             assert got.by_msg == st.by_msg and got.by_content == st.by_content
+            assert got.locked == st.locked
             assert list(got.commands.items()) == list(st.commands.items())
             assert got.episodes == st.episodes and got.model == st.model
     # A state loaded from either format writes the same snapshot again.
