@@ -20,43 +20,35 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memstream.api import tools as _tools  # noqa: F401  (registers every tool)
 from memstream.api.faces.audit_page import add_audit_routes
-from memstream.api.faces.auth import BearerAuth, not_admin, scope_caller
+from memstream.api.faces.auth import BearerAuth, not_admin
 from memstream.api.faces.console.routes import add_console_routes
 from memstream.api.faces.feed import EngineFeed, add_feed_route
 from memstream.api.faces.mcp_on_demand import McpOnDemand
 from memstream.api.faces.origin import OriginGuard, origin_policy
 from memstream.api.faces.sessions import AuditSessions
+from memstream.api.faces.tool_route import (
+    ERROR_HEADER,
+    STATUS,
+    TOOL_ROUTES,
+    Crashproof,
+    ToolEndpoint,
+    make_caller,
+    tool_answer,
+    tool_of,
+)
 from memstream.api.services.acl import load_configured
 from memstream.api.services.embedding import Embedder
 from memstream.api.services.engine import EmbeddedEngine
-from memstream.api.services.metrics import CONTENT_TYPE_LATEST, FACE
+from memstream.api.services.metrics import CONTENT_TYPE_LATEST
 from memstream.api.services.settings import Settings
-from memstream.api.tools.dispatch import failure, parse_arguments, refuse, run_tool
+from memstream.api.tools.dispatch import failure, run_tool
 from memstream.api.tools.registry import REGISTRY, Caller, Tool
 
 log = logging.getLogger(__name__)
-
-# The HTTP status of each failure code ``run_tool`` reports.
-STATUS = {
-    "invalid": 400,
-    "unknown_tool": 404,
-    "not_found": 404,
-    "permission_denied": 403,
-    "locked": 409,
-    "conflict": 409,
-    "too_large": 413,
-    "log_unavailable": 503,
-    "embedding_unavailable": 503,
-    "internal": 500,
-}
-
-
-# A failed tool call names its failure code here too, so a client need not tell codes that
-# share a status (404, 409, 503) apart by the text (api/client/errors.py reads it).
-ERROR_HEADER = "memstream-error"
 
 
 def json_response(body: Any, status: int = 200, code: str | None = None) -> Response:
@@ -70,35 +62,40 @@ def tool_response(body: dict[str, Any], code: str | None) -> Response:
 
 
 def caller_of(request: Request) -> Caller:
-    session = (request.headers.get("x-session-id") or "")[:256]
-    authenticated = scope_caller(request.scope, session)  # ACL mode: the token's client, nothing else
-    if authenticated is not None:
-        return authenticated
-    client = request.headers.get("x-client-id") or "anonymous"
-    return Caller(client_id=client[:256], session_id=session)
-
-
-# Routes outside /v1/tools that serve one tool each, under the path its source names
-# (seed 002's ``POST /context/packet``; the token-budgeted package beside it).
-TOOL_ROUTES = {"/context/packet": "context_packet", "/context/package": "context_package"}
+    """ACL mode: the token's client, nothing else; else the client ``X-Client-Id`` names."""
+    return make_caller(request.scope, request.headers.get("x-session-id"), request.headers.get("x-client-id"))
 
 
 async def call_tool(request: Request) -> Response:
-    """``POST /v1/tools/{name}``: the body is the tool's arguments, handed to ``run_tool``."""
+    """``POST /v1/tools/{name}`` through FastAPI's stack, where ``MemstreamApp`` does not take
+    the request itself (a ``root_path``): the same answer as ``ToolEndpoint``'s."""
     name = request.path_params.get("name") or TOOL_ROUTES[request.url.path]
     raw = await request.body()
-    try:  # numbers as written, lone surrogates kept: dispatch refuses them by name, as over MCP
-        args = parse_arguments(raw)
-    except ValueError as exc:  # refused and audited like any bad call (H4)
-        body = await refuse(request.app.state.engine, caller_of(request), name, raw[:512], f"invalid JSON body: {exc}")
-        return json_response(body, 400)
     key = request.headers.get("idempotency-key")
-    tool = REGISTRY.get(name)
-    if key and tool is not None and tool.writes and isinstance(args, dict) and "command_id" not in args:
-        args["command_id"] = key  # the HTTP spelling of a command id (W9)
-    FACE.set("http")
-    body, code = await run_tool(request.app.state.engine, caller_of(request), name, args)
-    return tool_response(body, code)
+    body, status, code = await tool_answer(request.app.state.engine, lambda: caller_of(request), name, raw, key)
+    return json_response(body, status, code)
+
+
+class MemstreamApp(FastAPI):
+    """FastAPI, except that a POST to a tool route goes straight to ``lean`` (OriginGuard,
+    BearerAuth in ACL mode, then ``ToolEndpoint``: api/faces/tool_route.py says why), not
+    through FastAPI's middleware stack and router. Everything else is FastAPI's."""
+
+    lean: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        lean = self.lean
+        if (
+            lean is not None
+            and scope["type"] == "http"
+            and scope.get("method") == "POST"
+            and not scope.get("root_path")
+            and not self.root_path
+            and tool_of(scope["path"]) is not None
+        ):
+            await lean(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 # Nested argument models, referenced from the tools' request bodies as components/schemas
@@ -128,8 +125,8 @@ def _with_components(app: FastAPI, components: dict[str, Any]) -> None:
 
 
 def _document_tool(app: FastAPI, tool: Tool, path: str | None = None, components: dict[str, Any] | None = None) -> None:
-    """The tool's entry in the OpenAPI document. Requests are served by ``call_tool`` (a plain
-    Starlette route placed first): FastAPI's per-request machinery is not on the hot path."""
+    """The tool's entry in the OpenAPI document. Requests are served by ``MemstreamApp``'s own
+    path (else by ``call_tool``, a plain Starlette route placed first), not by this route."""
     app.add_api_route(
         path or f"/v1/tools/{tool.name}",
         call_tool,
@@ -151,7 +148,7 @@ def _document_tool(app: FastAPI, tool: Tool, path: str | None = None, components
 
 def create_app(
     settings: Settings, *, embedder: Embedder | None = None, with_mcp: bool = True, host: str = "127.0.0.1"
-) -> FastAPI:
+) -> MemstreamApp:
     """The ASGI app; its lifespan opens and closes the engine. ``host``: the address it is bound
     to, a Host name it answers besides loopback and MEMSTREAM_ALLOWED_HOSTS (unless a wildcard)."""
     acl = load_configured(settings)  # a malformed ACL file stops here (AclConfigError)
@@ -176,7 +173,7 @@ def create_app(
                 await mcp_app.aclose()
             await eng.close()
 
-    app = FastAPI(
+    app = MemstreamApp(
         title="memstream",
         version="0.1.0",
         description="Event-sourced memory for fleets of AI agents. Every tool is also served over MCP at /mcp.",
@@ -233,4 +230,9 @@ def create_app(
     if acl is not None:
         app.add_middleware(BearerAuth, acl=acl, sessions=sessions)  # nothing is served before the token is checked
     app.add_middleware(OriginGuard, policy=policy)  # outermost: a web page's request is refused first
+    # The tool routes' own path, behind the same guards in the same order.
+    endpoint: ASGIApp = ToolEndpoint(lambda: app.state.engine)
+    if acl is not None:
+        endpoint = BearerAuth(endpoint, acl=acl, sessions=sessions)
+    app.lean = Crashproof(OriginGuard(endpoint, policy=policy))
     return app
