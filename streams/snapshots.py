@@ -15,6 +15,7 @@ import mmap
 import os
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,40 @@ _BLOB_HEADER = 64 + 1 + 20 + 1  # sha256 hex, space, zero-padded size, newline
 BLOB_PAYLOAD_AT = len(_BLOB_MAGIC) + _BLOB_HEADER
 
 
+# A file's identity while it is unchanged: checkpoints are never written in place (a save
+# writes a new file and renames it over the old one), so the same identity means the same bytes.
+_Identity = tuple[int, int, int, int]
+# What hashing a file ahead found: its identity, where its payload starts, the payload's sha256 (hex).
+_Checked = tuple[_Identity, int, bytes]
+
+
+def _identity(fd: int) -> _Identity:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _payload_at(f: io.BufferedReader, magic: bytes) -> int:
+    """Where a file's payload starts: after its magic and its header line."""
+    head = f.read(BLOB_PAYLOAD_AT + 64)
+    end = head.find(b"\n", len(magic)) if head.startswith(magic) else -1
+    if end < 0:
+        raise ValueError("bad header")
+    return BLOB_PAYLOAD_AT if magic == _BLOB_MAGIC else end + 1
+
+
+def _hash_file(path: Path, magic: bytes) -> _Checked | None:
+    """The sha256 of the file's payload, read a chunk at a time (no copy of it is held), or
+    None when it cannot be read: its load then checks it as if nothing had been done ahead."""
+    try:
+        with open(path, "rb") as f:
+            ident = _identity(f.fileno())
+            at = _payload_at(f, magic)
+            f.seek(at)
+            return ident, at, hashlib.file_digest(f, "sha256").hexdigest().encode()
+    except (OSError, ValueError):
+        return None
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -50,7 +85,39 @@ class SnapshotStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
+        self._ahead: dict[Path, Future[_Checked | None]] = {}
+        self._ahead_lock = threading.Lock()
         self.sweep_orphans()
+
+    def verify_ahead(self, names: Iterable[str]) -> None:
+        """Hash the named checkpoints and their blobs (``NAME-*.blob``) on a thread, in that
+        order, ahead of their loads: a load whose file is unchanged since (``_Identity``) then
+        compares the header with that digest instead of hashing on its own thread.
+
+        A start loads the checkpoints one after another on one thread, and their sha256s were
+        ~2 s of it at 1M memories (1.8 GB, most of it the vectors' blob). hashlib releases the
+        interpreter lock, so on a second core the hashing overlaps the JSON parses and builds
+        (docs/benchmarks.md, "Restart", sixth round). Nothing is trusted that a load would not
+        check itself: a file not hashed yet, replaced since, or unreadable is hashed by its load."""
+        files: list[tuple[Path, bytes]] = []
+        for name in names:
+            files.append((self.path(name), _MAGIC))
+            files.extend((self.blob_path(b), _BLOB_MAGIC) for b in self.blob_names(f"{name}-"))
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-ahead")
+        with self._ahead_lock:
+            for path, magic in files:
+                if path.exists():
+                    self._ahead[path] = pool.submit(_hash_file, path, magic)
+        pool.shutdown(wait=False)  # the thread ends once the list is done
+
+    def _hashed_ahead(self, path: Path, ident: _Identity, at: int, digest: bytes) -> bool:
+        """Whether ``verify_ahead`` hashed this very file (``ident``) to ``digest``. A hash not
+        started yet is dropped (the load hashes the file itself, rather than wait behind others)."""
+        with self._ahead_lock:
+            ahead = self._ahead.pop(path, None)
+        if ahead is None or ahead.cancel():
+            return False
+        return ahead.result() == (ident, at, digest)
 
     def sweep_orphans(self) -> list[Path]:
         """Delete temporary files a killed writer left behind. A save killed between its write
@@ -116,7 +183,9 @@ class SnapshotStore:
         """The snapshot's body, or None when absent or damaged (then: rebuild from the log)."""
         target = self.path(name)
         try:
-            raw = target.read_bytes()
+            with open(target, "rb") as f:
+                ident = _identity(f.fileno())
+                raw = f.read()
         except FileNotFoundError:
             return None
         try:
@@ -127,7 +196,12 @@ class SnapshotStore:
                 raise ValueError("no header")
             digest, size = raw[len(_MAGIC) : end].split(b" ")
             payload = memoryview(raw)[end + 1 :]  # not a copy: a checkpoint is up to ~150 MB at 1M memories
-            if int(size) != len(payload) or hashlib.sha256(payload).hexdigest().encode() != digest:
+            if int(size) != len(payload):
+                raise ValueError("size mismatch")
+            if (
+                not self._hashed_ahead(target, ident, end + 1, digest)
+                and hashlib.sha256(payload).hexdigest().encode() != digest
+            ):
                 raise ValueError("checksum mismatch")
             body: dict[str, Any] = orjson.loads(payload)
             return body
@@ -197,13 +271,17 @@ class SnapshotStore:
         target = self.blob_path(name)
         try:
             with open(target, "rb") as f:
+                ident = _identity(f.fileno())
                 head = f.read(BLOB_PAYLOAD_AT)
                 try:
                     if not head.startswith(_BLOB_MAGIC) or len(head) != BLOB_PAYLOAD_AT:
                         raise ValueError("bad magic")
                     digest, size_text = head[len(_BLOB_MAGIC) : -1].split(b" ")
                     view = payload(f, int(size_text))
-                    if hashlib.sha256(view).hexdigest().encode() != digest:
+                    if (
+                        not self._hashed_ahead(target, ident, BLOB_PAYLOAD_AT, digest)
+                        and hashlib.sha256(view).hexdigest().encode() != digest
+                    ):
                         raise ValueError("checksum mismatch")
                 except ValueError as exc:
                     log.warning("blob %s is damaged (%s); it will be rebuilt from the log", target, exc)

@@ -32,7 +32,7 @@ from memstream.projections.catalog import (
     read_models,
 )
 from memstream.projections.runner import ProjectionRunner
-from memstream.streams.buses.embedded import EmbeddedCommandBus
+from memstream.streams.buses.embedded import DECISION_SNAPSHOT, EmbeddedCommandBus
 from memstream.streams.commands import Command, EraseAgentData, EraseMemory
 from memstream.streams.decision.limits import Limits
 from memstream.streams.decision.state import DecisionState
@@ -107,6 +107,8 @@ class EmbeddedEngine(NamedModels):
         # session creation were ~0.75 CPU s of the first store or recall: docs/benchmarks.md,
         # "Restart"); /health answers only once it is loaded.
         model = loop.run_in_executor(None, self.embedders.preload)
+        # Their checksums on another core while the loads parse (streams/snapshots.py).
+        self.snapshots.verify_ahead([DECISION_SNAPSHOT, *(p.name for p in self.runner.projections)])
         try:
             await self.bus.start()
             restored = await loop.run_in_executor(None, self._restore_projections)
