@@ -157,6 +157,10 @@ class FoldedModels(Protocol):
         """Fold the record at ``offset``: its encoded event, and its vector attachment if any."""
         ...
 
+    def apply_event(self, offset: int, event: dict[str, Any], vector: bytes | None) -> None:
+        """``apply`` of a record already opened and decoded (``event`` is the fold's own)."""
+        ...
+
 
 def pick(by_name: Mapping[str, Projection], model: Named[P]) -> P:
     """The projection named ``model.name`` among ``by_name``, checked to be a ``model.kind``."""

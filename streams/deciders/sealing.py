@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import orjson
 
@@ -79,6 +80,21 @@ class KafkaSealing:
         sealer = self.sealer(partition)
         sealer.refresh()
         return sealer.open(value, vector)
+
+    def fetch(self, partition: int, values: Iterable[bytes]) -> None:
+        """Look up the keys of the sealed ``values`` (a fetch of ``partition``) not cached yet
+        at once (``Sealer.fetch``): one hold of the store's lock per slice of ids, one read to the
+        keys topic's end for all the ids not known here yet."""
+        sealer = self.sealer(partition)
+        sealer.refresh()
+        sealer.fetch(values)
+
+    def open_decoded(self, partition: int, value: bytes, vector: bytes | None) -> tuple[dict[str, Any], bytes | None]:
+        """``open``, decoded (``Sealer.open_decoded``): what a fold takes, without encoding the
+        opened record again for the fold to parse."""
+        sealer = self.sealer(partition)
+        sealer.refresh()
+        return sealer.open_decoded(value, vector)
 
     def forget(self, partition: int, agent: str, scopes: list[str] | None) -> None:
         """Drop cached keys of an agent (an erasure completed here)."""

@@ -407,6 +407,31 @@ class KafkaKeyStore:
                     self._absent.add(key_id)
         return None if wrapped is None else _unwrap(self._master, key_id, wrapped)
 
+    def get_many(self, key_ids: Sequence[bytes]) -> dict[bytes, bytes]:
+        """``get`` of each (the ``BatchKeys`` port): ``_state`` held once per ``SLICE`` ids, and
+        one read to the topic's end for all the ids not known here yet, not one per id."""
+        found: dict[bytes, bytes] = {}
+        unknown: list[bytes] = []
+        for start in range(0, len(key_ids), SLICE):
+            with self._state:
+                for key_id in key_ids[start : start + SLICE]:
+                    wrapped = self._wrapped.get(key_id)
+                    if wrapped is not None:
+                        found[key_id] = wrapped
+                    elif key_id not in self._absent:
+                        unknown.append(key_id)
+        if unknown:
+            self.catch_ups += 1
+            self._call(self._catch_up())
+            with self._state:
+                for key_id in unknown:
+                    wrapped = self._wrapped.get(key_id)
+                    if wrapped is None:
+                        self._absent.add(key_id)
+                    else:
+                        found[key_id] = wrapped
+        return {key_id: _unwrap(self._master, key_id, wrapped) for key_id, wrapped in found.items()}
+
     def take(self) -> tuple[bytes, bytes]:
         with self._take_lock:
             if not self._pool:
@@ -547,6 +572,9 @@ class PartitionKeys:
 
     def get(self, key_id: bytes) -> bytes | None:
         return self.store.get(key_id)
+
+    def get_many(self, key_ids: Sequence[bytes]) -> dict[bytes, bytes]:
+        return self.store.get_many(key_ids)
 
     def take(self) -> tuple[bytes, bytes]:
         return self.store.take()

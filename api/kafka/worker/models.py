@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
 from memstream.api.services.jobs import ReembedJob
 from memstream.projections.catalog import DEFAULTS, ReadModelOptions, read_models
@@ -46,7 +47,11 @@ class PartitionModels:
         """Fold one event as the embedded runner does (``ProjectionRunner.apply``): an erasure
         as the deletion it lists, an event it redacted only into the folds that keep envelopes
         (projections/redaction.py)."""
-        ev = fold_form(decode(value))
+        self.apply_event(offset, decode(value), vector)
+
+    def apply_event(self, offset: int, event: dict[str, Any], vector: bytes | None) -> None:
+        """``apply`` of a record already opened and decoded (``event`` is the fold's own)."""
+        ev = fold_form(event)
         if vector is not None:
             ev["vector"] = vector
         redacted = is_redacted(ev)

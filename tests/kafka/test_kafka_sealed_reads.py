@@ -1,0 +1,93 @@
+"""Opening sealed records in Kafka mode once and cheaply (wave 8): a fetch's keys looked up at
+once (``KafkaKeyStore.get_many``: one read to the keys topic's end for every id not known yet),
+records opened straight into decoded events (``KafkaSealing.open_decoded``), and the erasure
+contract kept: a key cached by a fetch and destroyed afterwards, by this process or another,
+opens nothing."""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+import orjson
+import pytest
+
+from memstream.streams.deciders.sealing import KafkaSealing
+from memstream.streams.keys.kafka import KafkaKeyStore
+from memstream.streams.log.kafka import KafkaConfig
+from memstream.streams.log.sealing import Sealer
+from tests.support.master_key import TEST_MASTER_KEY
+from tests.unit.test_sealing import VECTOR, event
+
+pytestmark = [pytest.mark.kafka]
+MASTER = base64.b64decode(TEST_MASTER_KEY)
+
+
+def sealed(writer: Sealer, n: int) -> list[tuple[dict[str, Any], bytes, bytes | None]]:
+    out = []
+    for i in range(n):
+        ev = event(i, f"text {i}")
+        value, vector = writer.seal_event(i, ev, VECTOR) or (b"", None)
+        out.append((ev, value, vector))
+    return out
+
+
+def test_a_fetch_s_unknown_keys_come_with_one_read_of_the_topic(shared_cfg: KafkaConfig) -> None:
+    """Keys made by another process: the reader knows none of them; one read to the topic's
+    end brings them all, and opening then asks the store nothing."""
+    writer_store = KafkaKeyStore(shared_cfg, MASTER)
+    reader = KafkaSealing(KafkaKeyStore(shared_cfg, MASTER))
+    try:
+        records = sealed(Sealer(writer_store.for_partition(0)), 40)
+        before = reader.store.catch_ups
+        reader.fetch(0, (value for _, value, _ in records))
+        assert reader.store.catch_ups - before <= 1
+        gets = reader.store.catch_ups
+        for ev, value, vector in records:
+            assert reader.open_decoded(0, value, vector) == (ev, VECTOR)
+            opened, opened_vector = reader.open(0, value, vector)
+            assert (orjson.loads(opened), opened_vector) == (ev, VECTOR)
+        assert reader.store.catch_ups == gets  # nothing left to ask for
+    finally:
+        reader.close()
+        writer_store.close()
+
+
+def test_a_fetched_key_destroyed_by_another_worker_opens_nothing(shared_cfg: KafkaConfig) -> None:
+    """The cache a fetch fills is dropped when any process destroys a key: this reader sees the
+    tombstone on its tail, its generation moves, and the record reads redacted."""
+    eraser = KafkaKeyStore(shared_cfg, MASTER)
+    reader = KafkaSealing(KafkaKeyStore(shared_cfg, MASTER))
+    try:
+        records = sealed(Sealer(eraser.for_partition(0)), 6)
+        reader.fetch(0, (value for _, value, _ in records))
+        assert reader.open_decoded(0, records[2][1], records[2][2]) == (records[2][0], VECTOR)
+        generation = reader.store.generation()
+        assert eraser.destroy_ids([records[2][1][4:20]]) == 1
+        deadline = time.monotonic() + 20
+        while reader.store.generation() == generation and time.monotonic() < deadline:
+            time.sleep(0.05)  # the reader's tail reads the tombstone
+        assert reader.store.generation() != generation
+        reader.fetch(0, (value for _, value, _ in records))
+        ev, vector = reader.open_decoded(0, records[2][1], records[2][2])
+        assert ev["redacted"] is True and vector is None and "content" not in ev["payload"]
+        assert reader.open_decoded(0, records[3][1], records[3][2]) == (records[3][0], VECTOR)
+    finally:
+        reader.close()
+        eraser.close()
+
+
+def test_a_fetched_key_destroyed_here_opens_nothing(shared_cfg: KafkaConfig) -> None:
+    """The worker's own erasure (``destroy_ids`` through the partition's store): at once."""
+    sealing = KafkaSealing(KafkaKeyStore(shared_cfg, MASTER))
+    try:
+        records = sealed(Sealer(sealing.store.for_partition(1)), 4)
+        sealing.fetch(1, (value for _, value, _ in records))
+        sealing.store.for_partition(1).destroy_ids([records[0][1][4:20]])
+        ev, vector = sealing.open_decoded(1, records[0][1], records[0][2])
+        assert ev["redacted"] is True and vector is None
+        assert sealing.store.get_many([records[0][1][4:20]]) == {}
+        assert sealing.open_decoded(1, records[1][1], records[1][2]) == (records[1][0], VECTOR)
+    finally:
+        sealing.close()
