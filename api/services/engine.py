@@ -107,17 +107,20 @@ class EmbeddedEngine(NamedModels):
         # session creation were ~0.75 CPU s of the first store or recall: docs/benchmarks.md,
         # "Restart"); /health answers only once it is loaded.
         model = loop.run_in_executor(None, self.embedders.preload)
-        # Their checksums on another core while the loads parse (streams/snapshots.py).
+        # Their checksums, and the log's scan for erasures to complete, on another core while
+        # the loads parse (streams/snapshots.py, erasure.read_pending).
         self.snapshots.verify_ahead([DECISION_SNAPSHOT, *(p.name for p in self.runner.projections)])
+        pending = loop.run_in_executor(None, erasure.read_pending, self.log)
         try:
             await self.bus.start()
             restored = await loop.run_in_executor(None, self._restore_projections)
         finally:
-            await model
+            await asyncio.gather(model, pending, return_exceptions=True)
+        await model  # its error, if any
         self._started = True
         # A crash after an erasure's event was appended (keys not yet destroyed, checkpoints
         # not yet rewritten) is completed here, before anything is served.
-        await erasure.complete_pending(self, self.settings.data_dir, restored)
+        await erasure.complete_pending(self, self.settings.data_dir, restored, await pending)
 
     def _restore_projections(self) -> int:
         self.runner.restore()

@@ -23,6 +23,7 @@ from memstream.streams.commands import Command, EraseAgentData, EraseMemory
 from memstream.streams.decision.whole_agent import names_every_record
 from memstream.streams.events import Actor, Scope, decode, utcnow
 from memstream.streams.folding import collector_paused
+from memstream.streams.log.port import LogRecord
 from memstream.streams.log.sealing import ERASURE_TYPES
 from memstream.streams.log.sqlite import SqliteLog
 from memstream.streams.release import short_switches
@@ -231,18 +232,36 @@ async def _rewrite_checkpoints(engine: ErasingEngine) -> None:
     await engine.bus.checkpoint()
 
 
-async def complete_pending(engine: ErasingEngine, data_dir: Path, restored_offset: int) -> int:
+# (the last erasure offset seen, the erasure events past the last one completed), or None: the log
+# is not sealed (nothing to complete).
+Pending = tuple[int, list[LogRecord]] | None
+
+
+def read_pending(log_: SqliteLog) -> Pending:
+    """What ``complete_pending`` completes. Past the last completed erasure the log is scanned
+    (the whole log when none was ever erased: ~1.9 s at 1M memories), so a start runs this on a
+    thread while it loads its checkpoints: SQLite's scan does not hold the interpreter lock."""
+    sealer = log_.sealer
+    if sealer is None:
+        return None
+    through, last = sealer.keys.erased_through()
+    return last, log_.read(through + 1, types=tuple(sorted(ERASURE_TYPES)), vectors=False, limit=1_000_000)
+
+
+async def complete_pending(
+    engine: ErasingEngine, data_dir: Path, restored_offset: int, found: Pending | Literal[False] = False
+) -> int:
     """At start: finish every erasure the log holds past the last one completed (a crash
     between the append and the answer), and rewrite checkpoints older than the last erasure.
-    ``restored_offset``: the oldest offset the read models were restored from."""
-    sealer = engine.log.sealer
-    if sealer is None:
-        return 0
-    through, last = sealer.keys.erased_through()
+    ``restored_offset``: the oldest offset the read models were restored from; ``found``:
+    ``read_pending`` of the log as it is now, if read already (the log takes no writes before
+    the start completes)."""
     loop = asyncio.get_running_loop()
-    pending = await loop.run_in_executor(
-        None, lambda: engine.log.read(through + 1, types=tuple(sorted(ERASURE_TYPES)), vectors=False, limit=1_000_000)
-    )
+    read = await loop.run_in_executor(None, read_pending, engine.log) if found is False else found
+    sealer = engine.log.sealer
+    if read is None or sealer is None:
+        return 0
+    last, pending = read
     done = 0
     for rec in pending:
         ev = decode(rec.value)
