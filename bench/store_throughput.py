@@ -4,6 +4,13 @@ and the rebuild rate of the decision state and history.
     python bench/store_throughput.py                       # everything, default sizes
     python bench/store_throughput.py --quick               # small sizes, a smoke run
     python bench/store_throughput.py --skip-rebuild --embedders none
+    python bench/store_throughput.py --skip-rebuild --embedders default --code before=/tmp/old --code after=
+
+``--code NAME=DIR`` (repeatable) runs the server with another checkout's ``memstream`` package
+(a directory holding it, as bench/scale_1m.py's), ``NAME=REV`` with a git revision's (checked
+out in a temporary worktree, removed at the end), ``NAME=`` with this checkout's.
+The variants alternate run by run within each round, so load on a shared machine falls on all
+alike; with ``--regroup`` too, every code runs every regroup value.
 
 The server under test is the real ``memstream serve`` process; clients are separate asyncio
 tasks in this process speaking raw HTTP/1.1 with keep-alive (a lean client, so the figure is
@@ -63,13 +70,11 @@ class Conn:
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
         self.writer.write(head + body)
-        status_line = await self.reader.readline()
-        status = int(status_line.split()[1])
+        # The head in one read (not a line at a time): the client's CPU counts in the figures.
+        lines = (await self.reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+        status = int(lines[0].split()[1])
         length = 0
-        while True:
-            line = await self.reader.readline()
-            if line in (b"\r\n", b"\n", b""):
-                break
+        for line in lines[1:]:
             name, _, value = line.partition(b":")
             if name.strip().lower() == b"content-length":
                 length = int(value.strip())
@@ -166,7 +171,9 @@ class ModelRate:
     window; the bench runs one before and one after each HTTP run with the embedder, so a ratio
     compares figures taken under the same load."""
 
-    BATCHES = (1, 8, 64)  # 8: what 8 one-text clients form; 64: the batcher's cap
+    # 4: what 8 one-text clients form in the two groups that take turns at the model (docs/
+    # embedding.md, "wave 8"); 8: all of them in one call; 64: the batcher's cap.
+    BATCHES = (1, 4, 8, 64)
 
     def __init__(self, clients: int = 8, texts: list[str] | None = None) -> None:
         """``texts``: what the measured run stores (default: the 8-client run's texts here)."""
@@ -176,7 +183,7 @@ class ModelRate:
         self.texts = texts or [store_content(f"default-{clients}", i % clients, i // clients) for i in range(4_096)]
         self.emb.embed(self.texts[:64])  # warm-up
 
-    def measure(self, seconds: float = 6.0) -> dict[str, float]:
+    def measure(self, seconds: float = 8.0) -> dict[str, float]:
         out: dict[str, float] = {}
         for batch in self.BATCHES:
             done, i, started, cpu0 = 0, 0, time.perf_counter(), cpu_s()
@@ -361,12 +368,22 @@ async def http_runs(
         for sync in syncs:
             for emb in embedders:
                 for c in clients:
-                    for variant in (variants or [{}]) if emb == "default" else [{}]:
+                    for variant in (variants or [{}]) if emb == "default" else without_regroup(variants):
                         r = await one_run(emb, c, stores, sync, model, variant, recalls if c == 1 else 0)
                         r["round"] = rnd
                         results.append(r)
                         print(json.dumps(r), flush=True)
     return results
+
+
+def without_regroup(variants: list[dict[str, str]] | None) -> list[dict[str, str]]:
+    """The variants a server without the embedder runs: the regroup setting means nothing there."""
+    out: list[dict[str, str]] = []
+    for v in variants or [{}]:
+        kept = {k: x for k, x in v.items() if k != "MEMSTREAM_EMBED_BATCH_REGROUP"}
+        if kept not in out:
+            out.append(kept)
+    return out
 
 
 async def one_run(
@@ -396,7 +413,14 @@ async def one_run(
     finally:
         server.stop()
     if emb == "default":
-        r["batching"] = server.batching()  # the warm-up's 5 and the recalls' calls included
+        r["batching"] = b = server.batching()  # the warm-up's 5 and the recalls' calls included
+        if b.get("model_busy_s") and not recalls:
+            # The model's own rate inside the server, at the calls it got, and how much of the
+            # run it was busy: with it busy throughout, stores/s is that rate, and the ratio
+            # splits into call size (the standalone rate at that size ÷ the best) and the cores'
+            # sharing (the in-server rate ÷ the standalone rate at that size).
+            r["model_in_server_texts_per_s"] = round(b["model_texts"] / b["model_busy_s"], 1)
+            r["model_busy_share_of_run"] = round(b["model_busy_s"] / (r["stores"] / r["stores_per_s"]), 3)
     shutil.rmtree(data, ignore_errors=True)
     return r
 
@@ -491,6 +515,43 @@ def rebuild_rates(events: int) -> dict[str, Any]:
         shutil.rmtree(data, ignore_errors=True)
 
 
+def code_variants(specs: list[str], scratch: Path) -> list[dict[str, str]]:
+    """``NAME=DIR`` specs as server settings: PYTHONPATH to DIR (none for this checkout), and
+    the name under ``MEMSTREAM_BENCH_CODE`` (a setting no server reads: the run's label). A
+    ``NAME=REV`` that is no directory is a git revision of this repository, checked out under
+    ``scratch`` (``checkout_package``)."""
+    out = []
+    for spec in specs:
+        name, _, code = spec.partition("=")
+        variant = {"MEMSTREAM_BENCH_CODE": name}
+        if code:
+            package = Path(code) if Path(code).is_dir() else checkout_package(code, scratch / name)
+            if not (package / "memstream").is_dir():
+                raise SystemExit(f"--code {spec}: {package} holds no memstream package")
+            variant["PYTHONPATH"] = str(package)
+        out.append(variant)
+    return out or [{}]
+
+
+def checkout_package(rev: str, where: Path) -> Path:
+    """A detached worktree of ``rev`` at ``where/tree`` and, beside it, a ``memstream`` package
+    made of links into it (the layout the editable install maps). ``remove_checkouts`` drops it."""
+    tree, package = where / "tree", where / "package"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True)
+    links = {"api": "api", "projections": "projections", "streams": "streams"}
+    links |= {"client": "api/client", "integrations": "api/integrations"}
+    (package / "memstream").mkdir(parents=True)
+    for name, target in links.items():
+        (package / "memstream" / name).symlink_to(tree / target)
+    return package
+
+
+def remove_checkouts(scratch: Path) -> None:
+    for tree in scratch.glob("*/tree"):
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stores", type=int, default=8_000, help="stores per HTTP run")
@@ -508,6 +569,13 @@ def main() -> None:
         "within each round (e.g. 0,1: the batcher before and after its wait for callers)",
     )
     ap.add_argument("--rounds", type=int, default=1, help="repeat the HTTP runs (with --regroup: A/B/A/B)")
+    ap.add_argument(
+        "--code",
+        action="append",
+        default=[],
+        help="NAME=DIR or NAME=REV: the server runs another checkout's memstream package, or a git "
+        "revision's (NAME= for this checkout); repeatable",
+    )
     ap.add_argument("--recalls", type=int, default=0, help="recalls a 1-client run times after its stores")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "store_throughput.json")
     args = ap.parse_args()
@@ -525,18 +593,24 @@ def main() -> None:
     }
     print(json.dumps(report["raw_append"]), flush=True)
     model = ModelRate(max(int(x) for x in args.clients.split(","))) if "default" in args.embedders.split(",") else None
-    report["http"] = asyncio.run(
-        http_runs(
-            args.embedders.split(","),
-            [int(x) for x in args.clients.split(",")],
-            args.stores,
-            args.sync.split(","),
-            model,
-            [{"MEMSTREAM_EMBED_BATCH_REGROUP": v} for v in args.regroup.split(",")] if args.regroup else None,
-            args.rounds,
-            args.recalls,
+    regroups = [{"MEMSTREAM_EMBED_BATCH_REGROUP": v} for v in args.regroup.split(",")] if args.regroup else [{}]
+    scratch = Path(tempfile.mkdtemp(prefix="ms-bench-code-"))
+    try:
+        variants = [code | regroup for code in code_variants(args.code, scratch) for regroup in regroups]
+        report["http"] = asyncio.run(
+            http_runs(
+                args.embedders.split(","),
+                [int(x) for x in args.clients.split(",")],
+                args.stores,
+                args.sync.split(","),
+                model,
+                variants if variants != [{}] else None,
+                args.rounds,
+                args.recalls,
+            )
         )
-    )
+    finally:
+        remove_checkouts(scratch)
     base = report["raw_append"]["rows_per_s_batch_64_no_vector"]
     for r in report["http"]:
         r["ratio_to_raw_append_batch_64"] = round(r["stores_per_s"] / base, 3)
