@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import time
-from typing import Any
 
 import orjson
 import pytest
@@ -18,19 +17,11 @@ from memstream.streams.keys.kafka import KafkaKeyStore
 from memstream.streams.log.kafka import KafkaConfig
 from memstream.streams.log.sealing import Sealer
 from tests.support.master_key import TEST_MASTER_KEY
-from tests.unit.test_sealing import VECTOR, event
+from tests.system.test_sealed_reads import sealed_records
+from tests.unit.test_sealing import VECTOR
 
 pytestmark = [pytest.mark.kafka]
 MASTER = base64.b64decode(TEST_MASTER_KEY)
-
-
-def sealed(writer: Sealer, n: int) -> list[tuple[dict[str, Any], bytes, bytes | None]]:
-    out = []
-    for i in range(n):
-        ev = event(i, f"text {i}")
-        value, vector = writer.seal_event(i, ev, VECTOR) or (b"", None)
-        out.append((ev, value, vector))
-    return out
 
 
 def test_a_fetch_s_unknown_keys_come_with_one_read_of_the_topic(shared_cfg: KafkaConfig) -> None:
@@ -39,7 +30,7 @@ def test_a_fetch_s_unknown_keys_come_with_one_read_of_the_topic(shared_cfg: Kafk
     writer_store = KafkaKeyStore(shared_cfg, MASTER)
     reader = KafkaSealing(KafkaKeyStore(shared_cfg, MASTER))
     try:
-        records = sealed(Sealer(writer_store.for_partition(0)), 40)
+        records = sealed_records(Sealer(writer_store.for_partition(0)), 40)
         before = reader.store.catch_ups
         reader.fetch(0, (value for _, value, _ in records))
         assert reader.store.catch_ups - before <= 1
@@ -60,7 +51,7 @@ def test_a_fetched_key_destroyed_by_another_worker_opens_nothing(shared_cfg: Kaf
     eraser = KafkaKeyStore(shared_cfg, MASTER)
     reader = KafkaSealing(KafkaKeyStore(shared_cfg, MASTER))
     try:
-        records = sealed(Sealer(eraser.for_partition(0)), 6)
+        records = sealed_records(Sealer(eraser.for_partition(0)), 6)
         reader.fetch(0, (value for _, value, _ in records))
         assert reader.open_decoded(0, records[2][1], records[2][2]) == (records[2][0], VECTOR)
         generation = reader.store.generation()
@@ -82,7 +73,7 @@ def test_a_fetched_key_destroyed_here_opens_nothing(shared_cfg: KafkaConfig) -> 
     """The worker's own erasure (``destroy_ids`` through the partition's store): at once."""
     sealing = KafkaSealing(KafkaKeyStore(shared_cfg, MASTER))
     try:
-        records = sealed(Sealer(sealing.store.for_partition(1)), 4)
+        records = sealed_records(Sealer(sealing.store.for_partition(1)), 4)
         sealing.fetch(1, (value for _, value, _ in records))
         sealing.store.for_partition(1).destroy_ids([records[0][1][4:20]])
         ev, vector = sealing.open_decoded(1, records[0][1], records[0][2])

@@ -47,18 +47,15 @@ def fold_records(
     """Fold fetched records of one partition into its models, in offset order, opening each
     sealed value; those the models hold already are skipped (a fetch that raced a fold of the
     same events by another path), and folding stops at ``bound`` (exclusive). How many applied."""
+    # In offset order: the records past what the models hold, up to the bound.
+    todo = [r for r in records if r.offset > models.offset and (bound is None or r.offset < bound)]
     if isinstance(opener, DecodingOpener):
-        return _fold_decoded(models, records, opener, bound)
-    applied = 0
-    for rec in records:
-        if bound is not None and rec.offset >= bound:
-            break
-        if rec.offset <= models.offset:
-            continue
+        _fold_decoded(models, todo, opener)
+        return len(todo)
+    for rec in todo:
         rec = opened(rec, opener)
         models.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
-        applied += 1
-    return applied
+    return len(todo)
 
 
 @runtime_checkable
@@ -75,28 +72,20 @@ class DecodingOpener(Protocol):
 
 
 def _fold_decoded(
-    models: FoldedModels, records: Sequence[ConsumerRecord[bytes, bytes]], opener: DecodingOpener, bound: int | None
-) -> int:
-    """``fold_records`` with a ``DecodingOpener``."""
-    wanted = [r for r in records if (bound is None or r.offset < bound) and r.offset > models.offset and r.value]
-    if wanted:
-        opener.fetch(wanted[0].partition, (r.value for r in wanted))
-    applied = 0
+    models: FoldedModels, records: Sequence[ConsumerRecord[bytes, bytes]], opener: DecodingOpener
+) -> None:
+    """``fold_records`` of ``records`` (all to fold) with a ``DecodingOpener``."""
+    if records:
+        opener.fetch(records[0].partition, (r.value for r in records if r.value))
     for rec in records:
-        if bound is not None and rec.offset >= bound:
-            break
-        if rec.offset <= models.offset:
-            continue
-        if not rec.value:
+        if not rec.value:  # no event: fails in the fold as it always did
             models.apply(rec.offset, b"", None)
-        else:
-            vector = None
-            for name, data in rec.headers:
-                if name == "vector":
-                    vector = data
-            models.apply_event(rec.offset, *opener.open_decoded(rec.partition, rec.value, vector))
-        applied += 1
-    return applied
+            continue
+        vector = None
+        for name, data in rec.headers:
+            if name == "vector":
+                vector = data
+        models.apply_event(rec.offset, *opener.open_decoded(rec.partition, rec.value, vector))
 
 
 async def fold_partitions(
