@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import fields, is_dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 _READERS: dict[type, tuple[tuple[str, ...], attrgetter[Any]]] = {}
 
@@ -77,3 +77,21 @@ def decoded(column: list[Any], n: int, make: Callable[[Any], Any] | None = None)
         raise ValueError(f"a coded column of {len(codes)} rows, not {n}")
     made = table if make is None else [make(v) for v in table]
     return [made[c] for c in codes]
+
+
+class Coded(NamedTuple):
+    """A ``coded`` column as loaded, not decoded: a reader that keeps codes of its own maps the
+    table once instead of making (and looking up) a value per row."""
+
+    table: list[Any]
+    codes: list[int]
+
+    @classmethod
+    def of(cls, column: list[Any], n: int) -> Coded:
+        """``ValueError`` when the column is not ``n`` codes into its table (as ``decoded``)."""
+        table, codes = column
+        if len(codes) != n:
+            raise ValueError(f"a coded column of {len(codes)} rows, not {n}")
+        if n and (min(codes) < 0 or max(codes) >= len(table)):
+            raise ValueError("a coded column names a value past its table")
+        return cls(table, codes)

@@ -13,7 +13,7 @@ from operator import is_not
 from sys import intern
 from typing import Any
 
-from memstream.projections.row_dicts import coded, decoded, field_names
+from memstream.projections.row_dicts import Coded, coded, field_names
 from memstream.streams.decision.whole_agent import names_every_record
 from memstream.streams.release import release_later
 
@@ -71,14 +71,15 @@ class VersionsProjection:
         self._columns(_NO_ROWS)
 
     def _columns(self, cols: Sequence[Sequence[Any]]) -> None:
-        """Set every column from the snapshot rows' fields, transposed (``_FIELDS`` order)."""
+        """Set every column from the snapshot rows' fields, transposed (``_FIELDS`` order); the
+        agents and projects as strings, or as a format-3 snapshot's ``[table, codes]`` (``Coded``)."""
         refs, agents, projects, msg, version, written_at, written_off, verified_at, verified_off = cols
         # Refs and times not interned (a load's ~2 CPU s per million rows; records.py says why).
         self._ref: list[str] = list(refs)
         self._names: list[str] = []  # the agents and projects the rows name, each once
         self._code: dict[str, int] = {}
-        self._agent = self._codes(agents)
-        self._project = self._codes(projects)
+        self._agent = self._recoded(agents) if isinstance(agents, Coded) else self._codes(agents)
+        self._project = self._recoded(projects) if isinstance(projects, Coded) else self._codes(projects)
         self._msg: list[str | None] = list(msg)
         self._version = array("q", version)
         self._written_at: list[str] = list(written_at)
@@ -96,6 +97,15 @@ class VersionsProjection:
                 code[intern(s)] = len(self._names)
                 self._names.append(intern(s))
         return array("i", map(code.__getitem__, strings))
+
+    def _recoded(self, column: Coded) -> array[int]:
+        """A snapshot's codes into its own table as codes into ``_names``, without the string
+        of each row in between (at 1M rows: 1M lookups less per column)."""
+        ours = [self._code_of(s) for s in column.table]
+        codes = column.codes
+        if len(ours) == 1 and codes.count(0) == len(codes):  # one agent, one project: most stores
+            return array("i", ours) * len(codes)
+        return array("i", map(ours.__getitem__, codes))
 
     def _code_of(self, s: str) -> int:
         got = self._code.get(s)
@@ -298,8 +308,8 @@ class VersionsProjection:
         if fmt == 3:
             given = body["columns"]
             n = len(given["ref"])
-            cols = [decoded(given[f], n) if f in _CODED else given[f] for f in _FIELDS]
-            if any(len(c) != n for c in cols):
+            cols = [Coded.of(given[f], n) if f in _CODED else given[f] for f in _FIELDS]
+            if any(len(c) != n for c in cols if not isinstance(c, Coded)):  # a Coded one was checked
                 raise ValueError("versions snapshot columns of different lengths")
             self._columns(cols)
         else:
@@ -316,10 +326,13 @@ class VersionsProjection:
         repeats, as in most stores: the per-row loop was ~1.5 of a 1M restart's CPU seconds
         (docs/benchmarks.md, "Restart"); else row by row, the repeats grouped in row order."""
         msgs = self._msg
+        agents = self._agent
+        if agents and agents.count(agents[0]) == len(agents):  # one agent: its name, not a lookup per row
+            names: Iterable[str] = repeat(self._names[agents[0]], len(agents))
+        else:
+            names = map(self._names.__getitem__, agents)
         # ((agent, msg id), ref) per row; those without a msg id are left out below
-        keyed: Iterable[Any] = zip(
-            zip(map(self._names.__getitem__, self._agent), msgs, strict=True), self._ref, strict=True
-        )
+        keyed: Iterable[Any] = zip(zip(names, msgs, strict=True), self._ref, strict=True)
         count = len(msgs)
         if None in msgs:
             count -= msgs.count(None)

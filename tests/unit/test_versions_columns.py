@@ -170,6 +170,8 @@ def test_a_malformed_snapshot_is_refused() -> None:
         ("written_at", cols["written_at"][:1]),  # a short column
         ("ref", [cols["ref"][0]] * 2),  # a ref twice
         ("agent_id", [cols["agent_id"][0], [5, 0]]),  # a code past its table
+        ("agent_id", [cols["agent_id"][0], [0, -1]]),  # a code before it
+        ("project_id", [cols["project_id"][0], [0]]),  # a short coded column
         ("version", [1, "one"]),
     ):
         with pytest.raises((ValueError, TypeError, IndexError)):
