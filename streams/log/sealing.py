@@ -36,6 +36,11 @@ NONCE: Final = 12
 _KEY_END: Final = len(MAGIC) + KEY_ID_BYTES
 _HEAD: Final = _KEY_END + NONCE
 _LEN = struct.Struct("<I")
+# Opening keys a sealer keeps (key id -> 32-byte data key, ~160 B each with the dict's share):
+# every record has a key of its own, so a fold of the whole log (a cold start, a rebuild) kept
+# one per record for the life of the process, 16 MB per 100k records. Past this many the cache
+# is emptied, and keys still in use are looked up again (once per read, with ``fetch``).
+OPEN_CACHE: Final = 65_536
 
 ERASURE_TYPES: Final = frozenset({"record.erased", "agent.erased"})
 # Payload fields left in the clear: ids, flags and headers the folds, deciders and memos need
@@ -119,7 +124,7 @@ class Sealer:
         hit = current.get(scope)
         if hit is None:
             hit = current[scope] = self.keys.take()
-            self._open[hit[0]] = hit[1]
+            self._cache_open(hit[0], hit[1])
             self._bindings.append((hit[0], agent, scope, offset))
         return hit[0], AESGCM(hit[1])
 
@@ -221,12 +226,17 @@ class Sealer:
                 self._open.clear()
                 self._current.clear()
 
+    def _cache_open(self, key_id: bytes, dek: bytes) -> None:
+        if len(self._open) >= OPEN_CACHE:
+            self._open.clear()  # bounded (``OPEN_CACHE``): a key dropped is looked up again
+        self._open[key_id] = dek
+
     def _dek(self, key_id: bytes) -> bytes | None:
         dek = self._open.get(key_id)
         if dek is None:
             dek = self.keys.get(key_id)
             if dek is not None:
-                self._open[key_id] = dek
+                self._cache_open(key_id, dek)
         return dek
 
     def fetch(self, values: Iterable[bytes]) -> None:
@@ -237,14 +247,13 @@ class Sealer:
         keys = self.keys
         if not isinstance(keys, BatchKeys):
             return
+        ids = dict.fromkeys(value[len(MAGIC) : _KEY_END] for value in values if value.startswith(MAGIC))
         cached = self._open
-        wanted = {
-            key_id: None
-            for value in values
-            if value.startswith(MAGIC) and (key_id := value[len(MAGIC) : _KEY_END]) not in cached
-        }
+        if len(cached) + len(ids) > OPEN_CACHE:
+            cached.clear()  # bounded, as ``_cache_open``; this read's keys are fetched whole
+        wanted = [key_id for key_id in ids if key_id not in cached]
         if wanted:
-            cached.update(keys.get_many(list(wanted)))
+            cached.update(keys.get_many(wanted))
 
     def open(self, value: bytes, vector: bytes | None) -> tuple[bytes, bytes | None]:
         """The plaintext (value, vector) of a stored record, or its redacted form (the clear

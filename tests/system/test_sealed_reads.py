@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from memstream.streams.keys.sqlite import SqliteKeyStore
+from memstream.streams.log import sealing
 from memstream.streams.log.sealing import Sealer
 from memstream.streams.log.sqlite import SqliteLog
 from tests.unit.test_sealing import VECTOR, event
@@ -126,3 +127,25 @@ def test_the_log_reads_decoded_events_as_it_reads_records(tmp_path: Path) -> Non
         assert decoded[5][1]["payload"]["content"] == "text 5" and decoded[5][2] == VECTOR
     finally:
         log.close()
+
+
+def test_the_opening_cache_stays_bounded_over_a_whole_fold(
+    store: CountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key per record: a fold of the whole log kept every one cached for the life of the
+    process (16 MB per 100k records). Past ``OPEN_CACHE`` the cache is emptied; a read's keys
+    still come in one query and every record opens."""
+    monkeypatch.setattr(sealing, "OPEN_CACHE", 150)
+    records = sealed_records(Sealer(store), 400)
+    reader = Sealer(store, seal_new=False)
+    for start in range(0, 400, 100):  # reads of 100, as the log's reads are of 5,000
+        batch = records[start : start + 100]
+        reader.fetch(value for _, value, _ in batch)
+        for ev, value, vector in batch:
+            assert reader.open_decoded(value, vector) == (ev, VECTOR)
+        assert len(reader._open) <= 150
+    assert store.batches == [100] * 4 and store.gets == 0
+    one_by_one = Sealer(store, seal_new=False)  # without fetch: each key looked up as it is met
+    for ev, value, vector in records:
+        assert one_by_one.open_decoded(value, vector) == (ev, VECTOR)
+        assert len(one_by_one._open) <= 150
