@@ -320,7 +320,13 @@ class MemoriesProjection:
         # millions), and at 1M the RSS after loading did not grow without it (2,480 -> 2,442 MB:
         # the table held about what the copies do; docs/benchmarks.md, "Restart").
         created = column("created_at")
-        updated = [c if u is None else intern(u) for c, u in zip(created, column("updated_at"), strict=True)]
+        updated_at = column("updated_at")
+        # null: the row was never updated (its creation time); most rows, so checked in C first
+        updated = (
+            created
+            if updated_at.count(None) == n
+            else [c if u is None else intern(u) for c, u in zip(created, updated_at, strict=True)]
+        )
         agents = decoded(by_code["agent_id"], n, intern)
         rows = map(
             MemoryRow,

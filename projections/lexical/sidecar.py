@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from collections import Counter
 from collections.abc import Sequence
+from operator import itemgetter
 from sys import intern
 from typing import Any, Final
 
@@ -230,18 +231,23 @@ def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> di
     return agents
 
 
+_REF, _SEQ, _TEXT = itemgetter(0), itemgetter(3), itemgetter(4)  # of a snapshot row
+
+
 def _rows_by_slot(idx: AgentIndex, row_of: np.ndarray, agent_rows: list[list[Any]]) -> None:
     """Refs and texts of a format-2 sidecar: slot ``i`` holds row ``row_of[i]``."""
     n = idx.n
     if n and (int(row_of.min()) < 0 or int(row_of.max()) >= n or bool(np.any(np.bincount(row_of, minlength=n) != 1))):
         raise ValueError("lexical sidecar slots do not match the snapshot's rows")
-    picked = [agent_rows[i] for i in row_of.tolist()]
-    if not np.array_equal(np.fromiter((r[3] for r in picked), dtype=np.int64, count=n), idx.seq[:n]):
+    # Slot i holds row i unless slots were reused or compacted: then no reordering is needed.
+    in_order = bool(np.array_equal(row_of, np.arange(n, dtype=row_of.dtype)))
+    picked = agent_rows if in_order else list(map(agent_rows.__getitem__, row_of.tolist()))
+    if not np.array_equal(np.fromiter(map(_SEQ, picked), dtype=np.int64, count=n), idx.seq[:n]):
         raise ValueError("lexical sidecar row out of place")
     # Not interned (shared with the versions and memories read models, they cost ~1 CPU s per
     # million strings to look up: projections/records.py).
-    idx.refs = [r[0] for r in picked]
-    idx.texts = [r[4] for r in picked]
+    idx.refs = list(map(_REF, picked))
+    idx.texts = list(map(_TEXT, picked))
     idx.slot_of = dict(zip(idx.refs, range(n), strict=True))
     if len(idx.slot_of) != n:
         raise ValueError("lexical sidecar refs repeat")
