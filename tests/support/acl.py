@@ -12,6 +12,8 @@ from typing import Any
 
 import httpx
 
+from memstream.api.services.settings import Settings, load_settings
+
 TOKENS = {
     "rw-alice": "tok-rw-alice-0123456789",
     "r-alice": "tok-r-alice-0123456789",
@@ -63,6 +65,12 @@ def write_acl(path: Path, acl: dict[str, Any] | str) -> Path:
     path.write_text(acl if isinstance(acl, str) else json.dumps(acl))
     path.chmod(0o600)
     return path
+
+
+def acl_settings(root: Path, acl: dict[str, Any] = ACL) -> Settings:
+    """Settings of a server under ``root`` with ``acl`` as its ACL file."""
+    path = write_acl(root / "acl.json", acl)
+    return load_settings(env={}, data_dir=root / "data", sync="NORMAL", acl_file=path)
 
 
 class TokenHttpFace:

@@ -9,16 +9,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memstream.api.services.settings import load_settings
-from tests.support.acl import ACL, TOKENS, write_acl
+from tests.support.acl import TOKENS, acl_settings
 from tests.support.servers import ServerThread, log_end
 
 
 @pytest.fixture
 def acl_server(tmp_path: Path) -> Iterator[ServerThread]:
-    acl = write_acl(tmp_path / "acl.json", ACL)
-    settings = load_settings(env={}, data_dir=tmp_path / "data", sync="NORMAL", acl_file=acl)
-    with ServerThread(settings) as srv:
+    with ServerThread(acl_settings(tmp_path)) as srv:
         yield srv
 
 

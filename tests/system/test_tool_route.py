@@ -13,8 +13,8 @@ import pytest
 from fastapi import FastAPI
 
 from memstream.api.faces import tool_route
-from memstream.api.services.settings import Settings, load_settings
-from tests.support.acl import ACL, TOKENS, write_acl
+from memstream.api.services.settings import Settings
+from tests.support.acl import TOKENS, acl_settings
 from tests.support.servers import ServerThread
 
 # (path, body, headers): refusals and answers that do not depend on when they are made.
@@ -95,9 +95,7 @@ def both_ways(
 
 @pytest.fixture
 def acl_server(tmp_path: Path) -> Iterator[ServerThread]:
-    path = write_acl(tmp_path / "acl.json", ACL)
-    settings = load_settings(env={}, data_dir=tmp_path / "data", sync="NORMAL", acl_file=path)
-    with ServerThread(settings) as server:
+    with ServerThread(acl_settings(tmp_path)) as server:
         yield server
 
 
