@@ -19,7 +19,7 @@ from memstream.streams.deciders.step import NewAudit, NewEvent, decide_and_fold
 from memstream.streams.decision.limits import Limits
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.events import AuditRecord, decode
-from memstream.streams.log.kafka import Appended, KafkaLog, KafkaLogError, OutRecord, opened
+from memstream.streams.log.kafka import Appended, DecodingOpener, KafkaLog, KafkaLogError, OutRecord
 from memstream.streams.log.port import Committed, LogUnavailable
 from memstream.streams.log.sealed_keys import KeyScopes, Named
 
@@ -70,9 +70,13 @@ async def fold_partition(kafka: KafkaLog, partition: int, keys: KeyScopes | None
             break
         start = chunk[-1].offset + 1
     opener = kafka.opener
+    decoding = opener if isinstance(opener, DecodingOpener) else None
 
-    def open_value(value: bytes) -> bytes:
-        return value if opener is None or not value else opener.open(partition, value, None)[0]
+    def open_value(value: bytes) -> dict[str, Any]:
+        """A stored value as the state folds it: opened straight into its dict where the opener can."""
+        if decoding is not None and value:
+            return decoding.open_decoded(partition, value, None)[0]
+        return decode(value if opener is None or not value else opener.open(partition, value, None)[0])
 
     i = 0
     start = 0
@@ -80,6 +84,10 @@ async def fold_partition(kafka: KafkaLog, partition: int, keys: KeyScopes | None
         events = await kafka.read_records(
             cfg.events_topic, partition, start, limit=RESTORE_CHUNK, raw=True, vectors=False
         )
+        if decoding is not None:  # this chunk's keys (and its audit records') at once
+            upto = events[-1].offset if len(events) == RESTORE_CHUNK else None
+            due = [a[2] for a in audits[i:] if upto is None or a[1] < upto]
+            decoding.fetch(partition, [ev.value for ev in events if ev.value] + [v for v in due if v])
         for ev in events:
             while i < len(audits) and audits[i][1] < ev.offset:
                 _fold_stored_audit(state, keys, audits[i], open_value)
@@ -87,7 +95,7 @@ async def fold_partition(kafka: KafkaLog, partition: int, keys: KeyScopes | None
             value = ev.value or b""
             if keys is not None:
                 keys.event(ev.offset, dict(ev.headers).get("type", b"").decode(), value)
-            state.apply_event(ev.offset, decode(opened(ev, opener, vectors=False).value or b""))
+            state.apply_event(ev.offset, open_value(value))
         if len(events) < RESTORE_CHUNK:
             break
         start = events[-1].offset + 1
@@ -97,12 +105,15 @@ async def fold_partition(kafka: KafkaLog, partition: int, keys: KeyScopes | None
 
 
 def _fold_stored_audit(
-    state: DecisionState, keys: KeyScopes | None, audit: tuple[int, int, bytes], open_value: Callable[[bytes], bytes]
+    state: DecisionState,
+    keys: KeyScopes | None,
+    audit: tuple[int, int, bytes],
+    open_value: Callable[[bytes], dict[str, Any]],
 ) -> None:
     offset, _, value = audit
     if keys is not None:
         keys.audit(value)
-    state.apply_audit(offset, decode(open_value(value)))
+    state.apply_audit(offset, open_value(value))
 
 
 class KafkaDecider:

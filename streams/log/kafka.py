@@ -8,9 +8,9 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -39,6 +39,19 @@ class Opener(Protocol):
     streams/deciders/sealing.py): its plaintext value and vector, or its redacted form."""
 
     def open(self, partition: int, value: bytes, vector: bytes | None) -> tuple[bytes, bytes | None]: ...
+
+
+@runtime_checkable
+class DecodingOpener(Protocol):
+    """An opener that opens straight into decoded events, a batch's keys looked up at once
+    (``KafkaSealing``): no opened record encoded again for a fold to parse, no key lookup per
+    record. Folds use it where the opener offers it (the worker's tail, the decider's fold)."""
+
+    def fetch(self, partition: int, values: Iterable[bytes]) -> None: ...
+
+    def open_decoded(
+        self, partition: int, value: bytes, vector: bytes | None
+    ) -> tuple[dict[str, Any], bytes | None]: ...
 
 
 class KafkaLogError(RuntimeError):

@@ -6,16 +6,21 @@ opens nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
+from collections.abc import Iterable
 
 import orjson
 import pytest
 
+from memstream.streams.deciders.kafka import KafkaDecider, fold_partition
 from memstream.streams.deciders.sealing import KafkaSealing
 from memstream.streams.keys.kafka import KafkaKeyStore
-from memstream.streams.log.kafka import KafkaConfig
+from memstream.streams.log.kafka import KafkaConfig, KafkaLog, ensure_topics
+from memstream.streams.log.port import partition_for
 from memstream.streams.log.sealing import Sealer
+from tests.support.kafka_commands import store
 from tests.support.master_key import TEST_MASTER_KEY
 from tests.system.test_sealed_reads import sealed_records
 from tests.unit.test_sealing import VECTOR
@@ -81,4 +86,56 @@ def test_a_fetched_key_destroyed_here_opens_nothing(shared_cfg: KafkaConfig) -> 
         assert sealing.store.get_many([records[0][1][4:20]]) == {}
         assert sealing.open_decoded(1, records[1][1], records[1][2]) == (records[1][0], VECTOR)
     finally:
+        sealing.close()
+
+
+class OpenOnly:
+    """The opener as a reader without the decoding path sees it (``Opener``: ``open`` only)."""
+
+    def __init__(self, sealing: KafkaSealing) -> None:
+        self.sealing = sealing
+
+    def open(self, partition: int, value: bytes, vector: bytes | None) -> tuple[bytes, bytes | None]:
+        return self.sealing.open(partition, value, vector)
+
+
+async def test_the_decider_s_fold_opens_decoded_to_the_same_state(cfg: KafkaConfig) -> None:
+    """A partition's decision state folded from sealed events and audit records (a retry's
+    skip): through the decoding path, a chunk's keys fetched at once, it digests as through
+    ``open`` of each record."""
+    await ensure_topics(cfg)
+    sealing = KafkaSealing(KafkaKeyStore(cfg, MASTER))
+    agent = "ag-sealed-fold"
+    p = partition_for(agent, cfg.partitions)
+    decider = KafkaDecider(KafkaLog(cfg, sealing), sealing=sealing)
+    decider.owned = {p}
+    fetched: list[int] = []
+    real_fetch = sealing.fetch
+
+    def counting_fetch(partition: int, values: Iterable[bytes]) -> None:
+        values = list(values)
+        fetched.append(len(values))
+        real_fetch(partition, values)
+
+    try:
+        async with asyncio.timeout(60):
+            for i in range(30):
+                assert (await decider.submit_local(p, store(agent, f"note {i}", msg_id=f"m{i}"))).offset is not None
+            dup = await decider.submit_local(p, store(agent, "again", msg_id="m3"))  # skipped: an audit record
+            assert dup.outcome.result == "skipped"
+        folded = {}
+        for name, opener in (("decoded", sealing), ("open", OpenOnly(sealing))):
+            kafka = KafkaLog(cfg, opener)
+            await kafka.start()
+            try:
+                sealing.fetch = counting_fetch  # type: ignore[method-assign]
+                folded[name] = await fold_partition(kafka, p)
+            finally:
+                sealing.fetch = real_fetch  # type: ignore[method-assign]
+                await kafka.close()
+        assert folded["decoded"].digest() == folded["open"].digest()
+        assert folded["decoded"].event_offset == 29
+        assert fetched and sum(fetched) >= 30  # the decoding fold fetched its chunks' keys at once
+    finally:
+        await decider.kafka.close()
         sealing.close()

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
@@ -20,6 +19,7 @@ from memstream.projections.runner import FoldedModels
 from memstream.streams.events import decode, parse_time
 from memstream.streams.folding import bulk_fold
 from memstream.streams.log.kafka import (
+    DecodingOpener,
     KafkaConfig,
     Opener,
     fold_consumer,
@@ -56,19 +56,6 @@ def fold_records(
         rec = opened(rec, opener)
         models.apply(rec.offset, rec.value or b"", dict(rec.headers).get("vector"))
     return len(todo)
-
-
-@runtime_checkable
-class DecodingOpener(Protocol):
-    """An opener that opens straight into decoded events, a fetch's keys looked up at once
-    (``KafkaSealing``): no opened record encoded again for the fold to parse, no key lookup
-    per record."""
-
-    def fetch(self, partition: int, values: Iterable[bytes]) -> None: ...
-
-    def open_decoded(
-        self, partition: int, value: bytes, vector: bytes | None
-    ) -> tuple[dict[str, Any], bytes | None]: ...
 
 
 def _fold_decoded(
