@@ -248,20 +248,17 @@ def read_pending(log_: SqliteLog) -> Pending:
     return last, log_.read(through + 1, types=tuple(sorted(ERASURE_TYPES)), vectors=False, limit=1_000_000)
 
 
-async def complete_pending(
-    engine: ErasingEngine, data_dir: Path, restored_offset: int, found: Pending | Literal[False] = False
-) -> int:
+async def complete_pending(engine: ErasingEngine, data_dir: Path, restored_offset: int, found: Pending) -> int:
     """At start: finish every erasure the log holds past the last one completed (a crash
     between the append and the answer), and rewrite checkpoints older than the last erasure.
     ``restored_offset``: the oldest offset the read models were restored from; ``found``:
-    ``read_pending`` of the log as it is now, if read already (the log takes no writes before
-    the start completes)."""
+    ``read_pending`` of the log (read while they loaded: the log takes no writes before the
+    start completes)."""
     loop = asyncio.get_running_loop()
-    read = await loop.run_in_executor(None, read_pending, engine.log) if found is False else found
     sealer = engine.log.sealer
-    if read is None or sealer is None:
+    if found is None or sealer is None:
         return 0
-    last, pending = read
+    last, pending = found
     done = 0
     for rec in pending:
         ev = decode(rec.value)
