@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup serve test test-fast lint bench
+.PHONY: setup serve test test-fast lint bench reference
 
 setup: $(VENV)/.installed
 
@@ -13,6 +13,10 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(BIN)/pip install --quiet --upgrade pip==26.3
 	$(BIN)/pip install --quiet -e ".[test,langgraph,openai-agents]"
 	touch $@
+
+# CPersona 2.6.14, the reference, in .venv-cpersona (its pins clash with ours); `make test` runs it too.
+reference:
+	bash infra/install-cpersona.sh
 
 serve: setup
 	$(BIN)/memstream serve

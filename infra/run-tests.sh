@@ -21,6 +21,12 @@ export MEMSTREAM_REQUIRE_BROWSER="${MEMSTREAM_REQUIRE_BROWSER:-1}"
 # installs .[test,langgraph,openai-agents]).
 export MEMSTREAM_REQUIRE_EXTRAS="${MEMSTREAM_REQUIRE_EXTRAS:-1}"
 
+# CPersona 2.6.14, the reference, in its own venv: the compatibility tests run it and fail instead
+# of skipping when it is missing.
+bash infra/install-cpersona.sh
+export MEMSTREAM_CPERSONA_PYTHON="${MEMSTREAM_CPERSONA_PYTHON:-$PWD/${CPERSONA_VENV:-.venv-cpersona}/bin/python}"
+export MEMSTREAM_REQUIRE_REFERENCE="${MEMSTREAM_REQUIRE_REFERENCE:-1}"
+
 # The tests' broker. Not MEMSTREAM_KAFKA_BOOTSTRAP: that one switches `memstream serve` to
 # Kafka mode, and the embedded-mode tests start `memstream serve` too.
 export MEMSTREAM_TEST_KAFKA_BOOTSTRAP="${MEMSTREAM_TEST_KAFKA_BOOTSTRAP:-127.0.0.1:9092}"
