@@ -49,7 +49,7 @@ def _identity(fd: int) -> _Identity:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def _payload_at(f: io.BufferedReader, magic: bytes) -> int:
+def _payload_at(f: io.FileIO, magic: bytes) -> int:
     """Where a file's payload starts: after its magic and its header line."""
     head = f.read(BLOB_PAYLOAD_AT + 64)
     end = head.find(b"\n", len(magic)) if head.startswith(magic) else -1
@@ -58,15 +58,26 @@ def _payload_at(f: io.BufferedReader, magic: bytes) -> int:
     return BLOB_PAYLOAD_AT if magic == _BLOB_MAGIC else end + 1
 
 
+# The hashing thread's read size. Each read and each hash gives up the interpreter lock and must
+# win it back from the loading thread (up to the 5 ms switch interval each time): with
+# ``hashlib.file_digest``'s 256 KiB, 1.8 GB at 1M memories was ~14,000 waits, the thread fell
+# behind the loads it was to spare, and they waited for it (py-spy, load 3).
+_HASH_CHUNK = 32 << 20
+
+
 def _hash_file(path: Path, magic: bytes) -> _Checked | None:
-    """The sha256 of the file's payload, read a chunk at a time (no copy of it is held), or
+    """The sha256 of the file's payload, read a chunk at a time (only one chunk is held), or
     None when it cannot be read: its load then checks it as if nothing had been done ahead."""
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb", buffering=0) as f:
             ident = _identity(f.fileno())
             at = _payload_at(f, magic)
             f.seek(at)
-            return ident, at, hashlib.file_digest(f, "sha256").hexdigest().encode()
+            digest = hashlib.sha256()
+            chunk = memoryview(bytearray(_HASH_CHUNK))
+            while n := f.readinto(chunk):
+                digest.update(chunk[:n])
+            return ident, at, digest.hexdigest().encode()
     except (OSError, ValueError):
         return None
 
