@@ -50,6 +50,12 @@ class EmbedBatcher:
     call. Off by default: under load the calls doubled but the model's idle wait cost more
     stores/s than the larger calls saved (docs/embedding.md, "Waiting for the callers").
 
+    With ``concurrent_calls`` N > 1, a request that finds fewer than N calls running starts
+    another at once, with what is queued, instead of waiting for a call to end: the groups that
+    take turns at a model that runs calls in parallel (an ONNX session: its ``run`` releases the
+    interpreter lock) are embedded side by side (docs/embedding.md, "Two model calls at once").
+    Each running call's thread, when done, takes what is queued; never more than N run at once.
+
     The thread that ran a call takes the next batch itself and posts each call's results to the
     event loop: a loop busy elsewhere (a fan-out to many subscribers, parsing requests) delays
     the callers' answers, never the model's next call."""
@@ -62,6 +68,7 @@ class EmbedBatcher:
         max_texts: int = 64,
         max_wait_s: float = 0.0,
         regroup: float = 0.0,
+        concurrent_calls: int = 1,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.perf_counter,
         wait_for: WaitFor = _wait_for,
@@ -70,22 +77,25 @@ class EmbedBatcher:
             raise ValueError("max_texts must be at least 1")
         if regroup < 0:
             raise ValueError("regroup must not be negative")
+        if concurrent_calls < 1:
+            raise ValueError("concurrent_calls must be at least 1")
         self._embed = embed
         self._run_blocking = run_blocking
         self.max_texts = max_texts
         self.max_wait_s = max_wait_s
         self.regroup = regroup
+        self.concurrent_calls = concurrent_calls
         self._sleep = sleep  # the wait for company (a test drives it without the clock)
         self._clock = clock
         self._wait_for = wait_for
-        # The queue is shared by the loop (which appends) and the model's thread (which takes):
-        # ``_current`` is the run under way, which takes what is queued before it ends; a run
-        # that is no longer current (its loop closed) takes nothing more.
+        # The queue is shared by the loop (which appends) and the model's threads (which take):
+        # ``_runs`` are the runs under way (at most ``concurrent_calls``), each taking what is
+        # queued until it is empty; a run no longer among them (its loop closed) takes nothing more.
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)  # a request was queued
         self._queue: list[_Request] = []
-        self._current: _Run | None = None
-        self._starter: asyncio.Task[None] | None = None
+        self._runs: set[_Run] = set()
+        self._starters: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
         self.calls = 0  # model calls made
         self.texts = 0  # texts embedded
         self.busy_s = 0.0  # time inside model calls
@@ -95,6 +105,8 @@ class EmbedBatcher:
         self._last_end = float("-inf")
         self.regroup_waits = 0  # waits for a call's callers to come back
         self.regroup_wait_s = 0.0  # the time they took
+        self._running = 0  # model calls under way
+        self.most_at_once = 0  # the most model calls that ran at once
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """The vectors of ``texts``, one row each, in order."""
@@ -104,13 +116,15 @@ class EmbedBatcher:
         loop = asyncio.get_running_loop()
         with self._lock:
             self._queue.append(request)
-            run = None if self._current is not None else _Run(loop)
+            run = _Run(loop) if len(self._runs) < self.concurrent_calls else None
             if run is not None:
-                self._current = run
+                self._runs.add(run)
             else:
-                self._arrived.notify()  # the model's thread may be waiting for its callers
+                self._arrived.notify()  # a model's thread may be waiting for its callers
         if run is not None:
-            self._starter = loop.create_task(self._run(run))  # held: the loop keeps only a weak reference
+            starter = loop.create_task(self._run(run))
+            self._starters.add(starter)
+            starter.add_done_callback(self._starters.discard)
         return await request.done
 
     async def _run(self, run: _Run) -> None:
@@ -145,26 +159,31 @@ class EmbedBatcher:
         next_batch: list[_Request] | None = batch
         while next_batch is not None:
             texts = [t for r in next_batch for t in r.texts]
-            start = self._clock()
-            self.idle_waiting_s += max(0.0, start - max(next_batch[0].queued, self._last_end))
+            with self._lock:
+                start = self._clock()
+                self.idle_waiting_s += max(0.0, start - max(next_batch[0].queued, self._last_end))
+                self._running += 1
+                self.most_at_once = max(self.most_at_once, self._running)
             outcome: np.ndarray | Exception
             try:
                 outcome = self._embed(texts)
             except Exception as exc:  # every waiter learns why its texts were not embedded
                 outcome = exc
-            self._last_end = self._clock()
-            self.busy_s += self._last_end - start
-            if not isinstance(outcome, Exception):
-                self.calls += 1
-                self.texts += len(texts)
             with self._lock:  # counted before the answers go: none of this call's callers is back
+                self._running -= 1
+                end = self._clock()
+                self._last_end = max(self._last_end, end)
+                self.busy_s += end - start
+                if not isinstance(outcome, Exception):
+                    self.calls += 1
+                    self.texts += len(texts)
                 others = len(self._pending())
             try:
                 run.loop.call_soon_threadsafe(self._answer, next_batch, outcome)
             except RuntimeError:  # its loop closed without stopping the run: nobody is left to answer
                 self._end(run)
             if len(next_batch) > 1 and not isinstance(outcome, Exception) and self.regroup > 0:
-                self._await_callers(run, others + len(next_batch), self.regroup * (self._last_end - start))
+                self._await_callers(run, others + len(next_batch), self.regroup * (end - start))
             next_batch = self._take(run)
         return np.zeros((0, 0), dtype=np.float32)
 
@@ -174,7 +193,7 @@ class EmbedBatcher:
         at most ``bound_s``."""
 
         def enough() -> bool:
-            if self._current is not run:
+            if run not in self._runs:
                 return True
             pending = self._pending()
             return len(pending) >= want or self._size(pending) >= self.max_texts
@@ -208,11 +227,11 @@ class EmbedBatcher:
         """The oldest requests that fit in one call (at least one, whatever its size), skipping
         callers that gave up; None when ``run`` is over: nothing is left, or its loop closed."""
         with self._lock:
-            if self._current is not run:  # the queue, if any, is a newer run's
+            if run not in self._runs:  # the queue, if any, is a newer run's
                 return None
             self._queue = self._pending()
             if not self._queue:
-                self._current = None
+                self._runs.discard(run)
                 return None
             batch = [self._queue.pop(0)]
             size = len(batch[0].texts)
@@ -222,12 +241,15 @@ class EmbedBatcher:
             return batch
 
     def _end(self, run: _Run) -> list[_Request]:
-        """Stop ``run`` early; what it had yet to take (nothing if it was over already)."""
+        """Stop ``run`` early; what it had yet to take: nothing if it was over already, or if
+        another run goes on (it takes the queue)."""
         with self._lock:
-            if self._current is not run:
+            if run not in self._runs:
                 return []
-            self._current = None
+            self._runs.discard(run)
             self._arrived.notify_all()  # a wait for callers ends with the run
+            if self._runs:
+                return []
             waiting, self._queue = self._queue, []
             return waiting
 

@@ -30,7 +30,9 @@ class Embedders:
         self.settings = settings
         self._embedder = embedder
         self._others: dict[str, Embedder] = dict(embedders or {})
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstream-embed")
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(2, settings.embed_concurrent_calls), thread_name_prefix="memstream-embed"
+        )
         self._batchers: dict[int, EmbedBatcher] = {}  # by id() of the embedder they feed
         self._model_ids: dict[int, str] = {}  # the same keys: each batcher's model, for the log
 
@@ -93,6 +95,7 @@ class Embedders:
                 max_texts=self.settings.embed_batch_max,
                 max_wait_s=self.settings.embed_batch_wait_ms / 1000,
                 regroup=self.settings.embed_batch_regroup,
+                concurrent_calls=self.settings.embed_concurrent_calls,
             )
             self._batchers[id(emb)] = batcher
             self._model_ids[id(emb)] = emb.model_id

@@ -44,6 +44,8 @@ class Settings(BaseModel):
     # After a call with several callers, wait up to this many times its duration for them to
     # come back before the next call (0: never, the default; never after a lone caller's call).
     embed_batch_regroup: float = Field(default=0.0, ge=0, le=10)
+    # Model calls that may run at once (a local ONNX model's intra-op threads become cores / N).
+    embed_concurrent_calls: int = Field(default=1, ge=1, le=8)
     # How long a read waits for the projections to reach the caller's own write (R12).
     read_your_writes_timeout_s: float = Field(default=5.0, gt=0)
     acl_file: Path | None = None
@@ -203,6 +205,7 @@ _ENV = {
     "embed_batch_max": "MEMSTREAM_EMBED_BATCH_MAX",
     "embed_batch_wait_ms": "MEMSTREAM_EMBED_BATCH_WAIT_MS",
     "embed_batch_regroup": "MEMSTREAM_EMBED_BATCH_REGROUP",
+    "embed_concurrent_calls": "MEMSTREAM_EMBED_CONCURRENT_CALLS",
     "read_your_writes_timeout_s": "MEMSTREAM_READ_YOUR_WRITES_TIMEOUT",
     "acl_file": "MEMSTREAM_ACL_FILE",
     "worker_token": "MEMSTREAM_WORKER_TOKEN",

@@ -33,18 +33,30 @@ def bert_uncased_tokenizer() -> WordPieceTokenizer:
         return _tokenizer
 
 
+def _env_count(name: str) -> int | None:
+    """A positive integer from env ``name`` (None when unset)."""
+    env = os.environ.get(name)
+    if not env:
+        return None
+    try:
+        n = int(env)
+    except ValueError:
+        raise EmbeddingError(f"{name} must be an integer, got {env!r}") from None
+    if n < 1:
+        raise EmbeddingError(f"{name} must be >= 1, got {n}")
+    return n
+
+
 def default_threads() -> int:
-    """intra-op threads: env MEMSTREAM_EMBEDDING_THREADS, else min(2, cores)."""
-    env = os.environ.get("MEMSTREAM_EMBEDDING_THREADS")
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            raise EmbeddingError(f"MEMSTREAM_EMBEDDING_THREADS must be an integer, got {env!r}") from None
-        if n < 1:
-            raise EmbeddingError(f"MEMSTREAM_EMBEDDING_THREADS must be >= 1, got {n}")
-        return n
-    return max(1, min(2, os.cpu_count() or 1))
+    """intra-op threads: env MEMSTREAM_EMBEDDING_THREADS, else min(2, cores) shared among the
+    MEMSTREAM_EMBED_CONCURRENT_CALLS calls that may run at once (at least 1 each): two calls
+    of 1 thread embed ~4-text batches faster than one call of 2 at a time (docs/embedding.md,
+    "Two model calls at once")."""
+    threads = _env_count("MEMSTREAM_EMBEDDING_THREADS")
+    if threads is not None:
+        return threads
+    calls = _env_count("MEMSTREAM_EMBED_CONCURRENT_CALLS") or 1
+    return max(1, min(2, os.cpu_count() or 1) // calls)
 
 
 class OnnxMeanPoolEmbedder:
