@@ -34,6 +34,7 @@ class _Run:
     """One stretch of model work, from a request finding the model idle until the queue is empty."""
 
     loop: asyncio.AbstractEventLoop
+    texts: int = 0  # in its current call
 
 
 class EmbedBatcher:
@@ -50,11 +51,13 @@ class EmbedBatcher:
     call. Off by default: under load the calls doubled but the model's idle wait cost more
     stores/s than the larger calls saved (docs/embedding.md, "Waiting for the callers").
 
-    With ``concurrent_calls`` N > 1, a request that finds fewer than N calls running starts
-    another at once, with what is queued, instead of waiting for a call to end: the groups that
-    take turns at a model that runs calls in parallel (an ONNX session: its ``run`` releases the
-    interpreter lock) are embedded side by side (docs/embedding.md, "Two model calls at once").
-    Each running call's thread, when done, takes what is queued; never more than N run at once.
+    With ``concurrent_calls`` N > 1, once as many texts are queued as the smallest running call
+    holds, and fewer than N calls run, another call starts with them instead of waiting for a
+    call to end: the groups that take turns at a model that runs calls in parallel (an ONNX
+    session: its ``run`` releases the interpreter lock) are embedded side by side
+    (docs/embedding.md, "Two model calls at once"). Starting one for each early arrival instead
+    split 8 clients' calls into ~2 texts each. Each running call's thread, when done, takes
+    what is queued; never more than N run at once.
 
     The thread that ran a call takes the next batch itself and posts each call's results to the
     event loop: a loop busy elsewhere (a fan-out to many subscribers, parsing requests) delays
@@ -116,7 +119,7 @@ class EmbedBatcher:
         loop = asyncio.get_running_loop()
         with self._lock:
             self._queue.append(request)
-            run = _Run(loop) if len(self._runs) < self.concurrent_calls else None
+            run = _Run(loop) if self._room() else None
             if run is not None:
                 self._runs.add(run)
             else:
@@ -206,6 +209,15 @@ class EmbedBatcher:
         self.regroup_waits += 1
         self.regroup_wait_s += self._clock() - started
 
+    def _room(self) -> bool:
+        """Whether a request just queued starts a call (under the lock): the model is idle, or
+        another call may run and the queue holds as many texts as the smallest running call."""
+        if not self._runs:
+            return True
+        if len(self._runs) >= self.concurrent_calls:
+            return False
+        return self._size(self._pending()) >= min(self.max_texts, min(r.texts for r in self._runs))
+
     def _pending(self) -> list[_Request]:
         """The queued requests whose callers still wait (under the lock)."""
         return [r for r in self._queue if not r.done.done()]
@@ -238,6 +250,7 @@ class EmbedBatcher:
             while self._queue and size + len(self._queue[0].texts) <= self.max_texts:
                 size += len(self._queue[0].texts)
                 batch.append(self._queue.pop(0))
+            run.texts = size
             return batch
 
     def _end(self, run: _Run) -> list[_Request]:

@@ -233,3 +233,26 @@ def test_the_onnx_threads_follow_the_concurrent_calls(monkeypatch: pytest.Monkey
     monkeypatch.setenv("MEMSTREAM_EMBED_CONCURRENT_CALLS", "x")
     with pytest.raises(EmbeddingError, match="MEMSTREAM_EMBED_CONCURRENT_CALLS"):
         default_threads()
+
+
+async def test_a_second_call_waits_until_as_many_texts_are_queued_as_the_running_call_holds() -> None:
+    """Callers coming back one by one do not each start a call of their own (8 clients' calls
+    then fell to ~2 texts): the second call starts with a running call's worth of texts."""
+    model = HeldModel()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        batcher = batcher_on(pool, model, 2)
+        first = asyncio.create_task(batcher.embed([f"a{i}" for i in range(4)]))
+        await model.started()
+        group = []
+        for i in range(3):
+            group.append(asyncio.create_task(batcher.embed([f"b{i}"])))
+            await asyncio.sleep(0.02)  # time for a second call to start, if one did
+            assert len(model.batches) == 1
+        group.append(asyncio.create_task(batcher.embed(["b3"])))
+        await model.started()
+        assert model.batches[1] == ["b0", "b1", "b2", "b3"]
+        model.release(0)
+        model.release(1)
+        assert np.array_equal(await first, expected([f"a{i}" for i in range(4)]))
+        for i, out in enumerate(await asyncio.gather(*group)):
+            assert np.array_equal(out, expected([f"b{i}"]))
