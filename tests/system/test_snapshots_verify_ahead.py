@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from memstream.streams import snapshots
 from memstream.streams.snapshots import SnapshotStore
 
 
@@ -33,6 +34,11 @@ def hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(hashlib, "sha256", counting)
     return sizes
+
+
+@pytest.fixture(autouse=True)
+def _ahead_of_small_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snapshots, "VERIFY_AHEAD_FROM", 0)
 
 
 def _store(tmp_path: Path) -> SnapshotStore:
@@ -92,3 +98,10 @@ def test_a_hash_not_started_is_left_to_the_load(tmp_path: Path, hashes: list[int
     store.verify_ahead([])
     assert store._ahead == {}
     assert store.load("rows") is not None and len(hashes) == 1
+
+
+def test_small_checkpoints_are_left_to_their_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _store(tmp_path)
+    monkeypatch.setattr(snapshots, "VERIFY_AHEAD_FROM", 1 << 30)
+    store.verify_ahead(["rows"])
+    assert store._ahead == {}
