@@ -13,7 +13,7 @@ answered and audited exactly as through FastAPI: the same statuses, headers and 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -49,6 +49,11 @@ ERROR_HEADER = "memstream-error"
 # (seed 002's ``POST /context/packet``; the token-budgeted package beside it).
 TOOL_ROUTES = {"/context/packet": "context_packet", "/context/package": "context_package"}
 TOOLS_PREFIX = "/v1/tools/"
+
+# The largest tool-call body a face reads: the MCP SDK's limit for its own face (a test keeps the
+# two equal). A larger body is refused with 413 as soon as it is known to be larger (its
+# Content-Length, else the bytes read so far) instead of being buffered whole.
+MAX_BODY_BYTES = 4 * 1024 * 1024
 
 # The request headers a tool call reads (names as the ASGI server gives them: lowercase).
 SESSION_HEADER = b"x-session-id"
@@ -117,30 +122,66 @@ class ToolEndpoint:
         for key, value in scope["headers"]:
             if key in _READ and key not in found:
                 found[key] = value.decode("latin-1")
-        raw = await read_body(receive)
-        if raw is None:  # the client went away: nothing to answer
-            return
-        body, status, code = await tool_answer(
-            self.engine(),
-            lambda: make_caller(scope, found.get(SESSION_HEADER), found.get(CLIENT_HEADER)),
-            name,
-            raw,
-            found.get(IDEMPOTENCY_HEADER),
-        )
+
+        def caller() -> Caller:
+            return make_caller(scope, found.get(SESSION_HEADER), found.get(CLIENT_HEADER))
+
+        try:
+            raw = await read_body(receive, scope["headers"])
+        except BodyTooLarge as exc:
+            body, status, code = await too_large_answer(self.engine(), caller(), name, exc)
+        else:
+            if raw is None:  # the client went away: nothing to answer
+                return
+            body, status, code = await tool_answer(self.engine(), caller, name, raw, found.get(IDEMPOTENCY_HEADER))
         for message in response_messages(body, status, code):
             await send(message)
 
 
-async def read_body(receive: Receive) -> bytes | None:
-    """The whole request body, or None if the client disconnected first."""
+class BodyTooLarge(Exception):
+    """A request body over ``MAX_BODY_BYTES``; ``head``: its first bytes, for the audit."""
+
+    def __init__(self, head: bytes) -> None:
+        super().__init__(f"request body over {MAX_BODY_BYTES} bytes")
+        self.head = head
+
+
+def declared_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
+    """The body length a request's Content-Length declares (None: none, or not a number)."""
+    for key, value in headers:
+        if key == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+async def read_body(receive: Receive, headers: Iterable[tuple[bytes, bytes]] = ()) -> bytes | None:
+    """The whole request body, or None if the client disconnected first. Raises BodyTooLarge,
+    before reading anything when the declared length is over the limit, else once the bytes
+    read pass it: at most the limit and one chunk are ever held."""
+    declared = declared_length(headers)
+    if declared is not None and declared > MAX_BODY_BYTES:
+        raise BodyTooLarge(b"")
     chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BodyTooLarge((chunks[0] if chunks else chunk)[:512])
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def too_large_answer(
+    engine: Engine, caller: Caller, name: str, exc: BodyTooLarge
+) -> tuple[dict[str, Any], int, str | None]:
+    """A body over the limit is refused and audited like any bad call (H4): a 413."""
+    body = await refuse(engine, caller, name, exc.head, str(exc))
+    return body, 413, "too_large"
 
 
 class Crashproof:

@@ -211,6 +211,11 @@ async def refuse(engine: Audited, caller: Caller, name: str, raw: Any, why: str)
 async def _refuse(engine: Audited, caller: Caller, name: str, raw: Any, why: str) -> dict[str, Any]:
     """Bad input changes nothing but the audit trail: who sent what, and why it was refused."""
     await _audit(engine, caller, name, raw, why)
+    return refusal(name, why)
+
+
+def refusal(name: str, why: str) -> dict[str, Any]:
+    """A refused call's answer in its tool's failure shape (``store`` has its own, CPersona's)."""
     if name == "store":
         return {"ok": False, "result": "rejected", "reason": why}
     return failure(why)

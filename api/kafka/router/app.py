@@ -28,6 +28,7 @@ from memstream.api.faces.mcp import McpHttpApp
 from memstream.api.faces.mcp_resources import source_changes
 from memstream.api.faces.origin import OriginGuard, origin_policy
 from memstream.api.faces.sessions import AuditSessions
+from memstream.api.faces.tool_route import BodyTooLarge, read_body
 from memstream.api.kafka.router.feed import KafkaFeed
 from memstream.api.kafka.router.gate import RouterGate
 from memstream.api.kafka.router.transfers import KafkaTransfers
@@ -35,7 +36,7 @@ from memstream.api.kafka.wire import OWNER_PATH, PARTITION_HEADER, TRANSFER_TOOL
 from memstream.api.services.acl import AclConfig
 from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.agents import LIST_AGENTS_CAP, may_read
-from memstream.api.tools.dispatch import encode_arguments, failure, parse_arguments, validated
+from memstream.api.tools.dispatch import encode_arguments, failure, parse_arguments, refusal, validated
 from memstream.api.tools.reads import LIST_CAP
 from memstream.api.tools.registry import Caller
 from memstream.streams.log.kafka import KafkaConfig, ensure_topics
@@ -426,7 +427,13 @@ def router_app(
         if caller.authenticated:  # ACL mode: the token's client goes on, never the token
             headers.pop("authorization", None)
             headers["x-client-id"] = caller.client_id
-        return await router.forward(name, await request.body(), headers, caller)
+        try:
+            raw = await read_body(request.receive, request.scope["headers"])
+        except BodyTooLarge as exc:  # never forwarded: the router answers it (no worker audits it)
+            return json_response(refusal(name, str(exc)), 413, "too_large")
+        if raw is None:
+            return Response(status_code=400)  # the client went away: no one reads this
+        return await router.forward(name, raw, headers, caller)
 
     async def health(request: Request) -> Response:
         refused = await router.denied(caller_of(request), "check_health", {})
