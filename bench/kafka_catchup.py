@@ -438,12 +438,27 @@ async def ab_async(args: argparse.Namespace) -> dict[str, Any]:
             "rebuild_jobs2_over_jobs1": [
                 round(j["jobs_2"]["events_per_second"] / j["jobs_1"]["events_per_second"], 2) for j in jobs
             ],
+            # CPU per event, the worker's (its process, from assignment) over `--jobs 1`'s (its
+            # fold): what the cores granted on a shared machine do not move, as the rates above.
+            "after_cpu_per_event_over_rebuild_jobs1": [
+                round(x["after"]["cpu_ms_per_event"] / rebuild_cpu_ms(j["jobs_1"]), 2)
+                for x, j in zip(rounds, jobs, strict=True)
+            ],
+            "before_cpu_per_event_over_rebuild_jobs1": [
+                round(x["before"]["cpu_ms_per_event"] / rebuild_cpu_ms(j["jobs_1"]), 2)
+                for x, j in zip(rounds, jobs, strict=True)
+            ],
         }
     finally:
         await delete_topics_with_prefix(BOOTSTRAP, prefix)
         shutil.rmtree(code, ignore_errors=True)
     report["loadavg_end"] = load()
     return report
+
+
+def rebuild_cpu_ms(r: dict[str, Any]) -> float:
+    """A rebuild's CPU milliseconds per event folded."""
+    return float(r["cpu_seconds"]) * 1000 / int(r["events"])
 
 
 AB_FIELDS = (

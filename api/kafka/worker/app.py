@@ -347,21 +347,26 @@ class Worker:
         running = self._pending.get(models.partition)
         if running is not None and running[0] is models and not running[1].done():
             return
-        task = asyncio.create_task(self._complete_pending(models))
+        # Noted from here (no await in between): the erasures folded past ``held`` are met by
+        # the fold, not read again (``erasure.complete_pending``).
+        models.erasures_folded = []
+        task = asyncio.create_task(self._complete_pending(models, models.offset))
         self._pending[models.partition] = (models, task)
         self._checkpoints.add(task)  # held until done, like a checkpoint's task
         task.add_done_callback(self._checkpoints.discard)
 
-    async def _complete_pending(self, models: PartitionModels) -> None:
+    async def _complete_pending(self, models: PartitionModels, held: int) -> None:
         try:
             # In the background: the models of a partition just taken may need long to fold from 0.
             settle = lambda o: self.settle(models, o, PENDING_DEADLINE_S)  # noqa: E731
-            done = await erasure.complete_pending(self, models, settle)
+            done = await erasure.complete_pending(self, models, settle, held)
             if done:
                 log.warning("partition %d: completed %d erasure(s) a previous owner left pending", models.partition,
                             done)  # fmt: skip
         except Exception:  # retried at the partition's next assignment
             log.exception("partition %d: completing pending erasures failed", models.partition)
+        finally:
+            models.erasures_folded = None
 
     async def revoked(self, partitions: set[int]) -> None:
         """Park the revoked partitions' models: not served, until the assignment that follows

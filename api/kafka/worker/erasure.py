@@ -175,21 +175,41 @@ async def complete(
 
 
 async def complete_pending(
-    worker: ErasingWorker, models: PartitionModels, settle: Callable[[int], Awaitable[None]]
+    worker: ErasingWorker, models: PartitionModels, settle: Callable[[int], Awaitable[None]], held: int
 ) -> int:
     """When a worker takes a partition: finish every erasure of it past the last one completed
     (a crash between the append and the answer), and rewrite a checkpoint older than the last
-    erasure. Returns how many were finished."""
+    erasure. Returns how many were finished.
+
+    ``held``: the last offset the models held when they started noting the erasures they fold
+    (``PartitionModels.erasures_folded``, set by the caller). Only the erasures up to it are
+    read from the topic; those after it, up to the end at the assignment (``models.target``),
+    the catch-up's own fold meets. Reading the whole partition again for them cost a worker
+    gaining it from 0 about a tenth of its catch-up (docs/benchmarks.md, "Catching up at
+    replay's rate (wave 9)")."""
     if worker.sealing is None:
         return 0
     keys = worker.sealing.store.for_partition(models.partition)
     through, last = keys.erased_through()
-    types = sorted(ERASURE_TYPES)
-    pending = await worker.announcer.read(models.partition, through + 1, types=types, limit=SCAN_LIMIT, vectors=False)
-    for rec in pending:
-        await complete(worker, models, rec.offset, settle)
-        last = max(last, rec.offset)
-    if not pending and models.checkpoint_offset is not None and models.checkpoint_offset < last:
+    offsets: list[int] = []
+    if through < held:
+        types = sorted(ERASURE_TYPES)
+        read = await worker.announcer.read(
+            models.partition, through + 1, held + 1, types=types, limit=SCAN_LIMIT, vectors=False
+        )
+        offsets = [rec.offset for rec in read]
+    # The end may move while this waits (a rebalance keeping the models raises their target).
+    while True:
+        until = models.target
+        await settle(until)
+        if models.target == until:
+            break
+    folded = models.erasures_folded or []
+    offsets += [o for o in folded if max(through, held) < o <= until]
+    for offset in offsets:
+        await complete(worker, models, offset, settle)
+        last = max(last, offset)
+    if not offsets and models.checkpoint_offset is not None and models.checkpoint_offset < last:
         await settle(last)
         await worker.rewrite_checkpoint(models)  # restored from a checkpoint an erasure outdated
-    return len(pending)
+    return len(offsets)

@@ -9,7 +9,7 @@ from typing import Any
 
 from memstream.api.services.jobs import ReembedJob
 from memstream.projections.catalog import DEFAULTS, ReadModelOptions, read_models
-from memstream.projections.redaction import fold_form, is_redacted, sees_redacted
+from memstream.projections.redaction import ERASURES, fold_form, is_redacted, sees_redacted
 from memstream.streams.events import decode
 from memstream.streams.log.port import LogUnavailable
 from memstream.streams.snapshots import SnapshotStore
@@ -42,6 +42,10 @@ class PartitionModels:
         self.jobs: dict[str, ReembedJob] = {}  # admin jobs over this partition's agents (re-embedding)
         self.folded_by_agent = 0  # events folded as the decider appended them (fold-on-append)
         self.folded_by_tail = 0  # events folded from the topic (catch-up and repair)
+        # Offsets of the erasures folded while the worker looks for a previous owner's pending
+        # ones (api/kafka/worker/erasure.py ``complete_pending``): a catch-up's fold meets them,
+        # so only what the models held before it is read again for them. None: not noted.
+        self.erasures_folded: list[int] | None = None
 
     def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
         """Fold one event as the embedded runner does (``ProjectionRunner.apply``): an erasure
@@ -51,6 +55,8 @@ class PartitionModels:
 
     def apply_event(self, offset: int, event: dict[str, Any], vector: bytes | None) -> None:
         """``apply`` of a record already opened and decoded (``event`` is the fold's own)."""
+        if self.erasures_folded is not None and event["type"] in ERASURES:
+            self.erasures_folded.append(offset)
         ev = fold_form(event)
         if vector is not None:
             ev["vector"] = vector
