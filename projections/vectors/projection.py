@@ -18,6 +18,7 @@ from memstream.projections.vectors.content_hash import MOD, ghost_hash, model_ha
 from memstream.projections.vectors.graph import Graph, HnswConfig, add_pending
 from memstream.projections.vectors.rows import EP, KIND_OF, MEM, Hit, ref_of, row_key
 from memstream.projections.vectors.segment import Segment, inv_norm
+from memstream.projections.vectors.spill import Spill
 from memstream.streams.decision.whole_agent import names_every_record
 from memstream.streams.snapshots import SnapshotStore
 
@@ -60,6 +61,8 @@ class VectorProjection:
         hnsw_config: HnswConfig | None = None,
     ) -> None:
         self.blobs = blobs  # where snapshot sidecars go; None: no sidecars
+        # Full vector chunks are file-backed there too, out of the process once full (spill.py).
+        self.spill = Spill(blobs.directory) if blobs is not None else None
         self.hnsw = hnsw
         self.hnsw_threshold = hnsw_threshold
         self.flush_batch = flush_batch
@@ -179,7 +182,7 @@ class VectorProjection:
         kind = key & 1
         seg = ag.segs.get((model, kind))
         if seg is None:
-            seg = ag.segs[(model, kind)] = Segment(model, kind, vec.shape[0])
+            seg = ag.segs[(model, kind)] = Segment(model, kind, vec.shape[0], spill=self.spill)
         elif seg.dim != vec.shape[0]:
             log.warning("%s: model %s vector of dim %d, expected %d; skipped", ref_of(key), model, len(vec), seg.dim)
             self._add_ghost(ag, key, bucket, recency)
@@ -522,6 +525,9 @@ class VectorProjection:
             self._reset()
             raise SnapshotRejected(f"sidecar {body['blob']} unreadable: {exc}") from exc
         sidecar.release_pages(mv)
+        for ag in self._agents.values():
+            for seg in ag.segs.values():
+                seg.spill = self.spill  # rows appended from here on spill too
         self._hash = int(body["hash"], 16)
         self._blob_hash = self._hash
         if self.hnsw:

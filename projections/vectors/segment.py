@@ -7,6 +7,8 @@ from typing import Final
 
 import numpy as np
 
+from memstream.projections.vectors.spill import Spill, release
+
 CHUNK: Final = 8192  # rows per vector chunk
 
 
@@ -34,9 +36,10 @@ class Segment:
         "n",
         "offs",
         "sorted",
+        "spill",
     )
 
-    def __init__(self, model: str, kind: int, dim: int, capacity: int = 64) -> None:
+    def __init__(self, model: str, kind: int, dim: int, capacity: int = 64, spill: Spill | None = None) -> None:
         self.model = model
         self.kind = kind
         self.dim = dim
@@ -55,6 +58,8 @@ class Segment:
         self._base_keys = np.empty(0, np.int64)
         self._base_pos: np.ndarray | None = None
         self._extra: dict[int, int] = {}
+        # Where full-size chunks come from when set: file-backed, released once full (spill.py).
+        self.spill = spill
 
     @property
     def live(self) -> int:
@@ -74,15 +79,15 @@ class Segment:
             self._grow(n + 1)
         c, i = divmod(n, CHUNK)
         if c == len(self.chunks):
-            self.chunks.append(np.empty((min(CHUNK, 64), self.dim), np.float32))
+            self.chunks.append(self._new_chunk(c, 0))
         chunk = self.chunks[c]
         if i == chunk.shape[0]:
-            # The last chunk grows by doubling up to CHUNK rows: a small segment, or the tail of
-            # a loaded or compacted one, holds about the rows it has, not a whole chunk.
-            grown = np.empty((min(CHUNK, max(64, 2 * i)), self.dim), np.float32)
+            grown = self._new_chunk(c, i)
             grown[:i] = chunk[:i]
             self.chunks[c] = chunk = grown
         chunk[i] = vec
+        if i == CHUNK - 1:
+            release(chunk)  # full: a spilled chunk's pages leave the process (no-op otherwise)
         if n and off < self.offs[n - 1]:
             self.sorted = False
         self.keys[n] = key
@@ -92,6 +97,16 @@ class Segment:
         self.inv[n] = inv_norm(vec)
         self._extra[key] = n
         self.n = n + 1
+
+    def _new_chunk(self, c: int, rows: int) -> np.ndarray:
+        """Room for chunk ``c`` holding ``rows`` rows now. The last chunk grows by doubling up
+        to CHUNK rows: a small segment, or the tail of a loaded or compacted one, holds about the
+        rows it has, not a whole chunk. With a spill, a chunk that would be whole (or one after
+        the first) is a whole spilled chunk at once: its unwritten pages take no memory."""
+        size = min(CHUNK, max(64, 2 * rows))
+        if self.spill is not None and (size == CHUNK or c > 0):
+            return self.spill.chunk(CHUNK, self.dim)
+        return np.empty((size, self.dim), np.float32)
 
     def index_rows(self) -> None:
         """Index the ``n`` rows held now by key (after a compaction or a load: all alive)."""

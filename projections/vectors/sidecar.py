@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import mmap
 import struct
@@ -14,6 +15,7 @@ import orjson
 from memstream.projections.vectors.agent import Agent
 from memstream.projections.vectors.graph import usearch_index
 from memstream.projections.vectors.segment import CHUNK, Segment
+from memstream.projections.vectors.spill import release
 from memstream.streams.snapshots import BLOB_PAYLOAD_AT, SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,7 @@ def layout(agents: dict[str, Agent], content_hash: str) -> tuple[dict[str, Any],
         if isinstance(arr, np.ndarray):
             parts.append(np.ascontiguousarray(arr))
         else:
-            parts.extend(arr)
+            parts.append(arr)  # drawn from as the blob is written (``write``), not now
         pad = (-nbytes) % 64
         if pad:
             parts.append(b"\0" * pad)
@@ -66,6 +68,8 @@ def layout(agents: dict[str, Agent], content_hash: str) -> tuple[dict[str, Any],
                     rows = min(CHUNK, m - c * CHUNK)
                     if rows > 0:
                         yield chunk[:rows]
+                        # Written: a spilled chunk's pages the write read leave the process again.
+                        release(chunk)
 
             entry["segments"].append(
                 {
@@ -91,7 +95,7 @@ def write(blobs: SnapshotStore, name: str, agents: dict[str, Agent], content_has
     head = orjson.dumps(header)
     # Arrays start 64-aligned in the file too, so a mapped sidecar's are aligned in memory.
     head_len = len(head) + (-(BLOB_PAYLOAD_AT + len(head) + 8) % 64)
-    blobs.save_blob(name, [struct.pack("<Q", head_len), head.ljust(head_len, b" "), *parts])
+    blobs.save_blob(name, itertools.chain([struct.pack("<Q", head_len), head.ljust(head_len, b" ")], _drawn(parts)))
     del parts
     rebind(agents, header, map_written(blobs, name), 8 + head_len)
     graphs = []
@@ -101,6 +105,17 @@ def write(blobs: SnapshotStore, name: str, agents: dict[str, Agent], content_has
                 graphs.append((agent, model, g.index.save()))
     gheader = orjson.dumps({"hash": content_hash, "graphs": [[a, m, len(b)] for a, m, b in graphs]})
     blobs.save_blob(name + ".hnsw", [struct.pack("<Q", len(gheader)), gheader, *(b for _, _, b in graphs)])
+
+
+def _drawn(parts: list[Any]) -> Iterator[Any]:
+    """The parts of a layout in order, an iterator among them (a segment's vectors) drawn one
+    chunk at a time as the writer asks: each chunk is written before the next is read, so a
+    spilled chunk is released (``vec_parts``) after its write, not before it."""
+    for part in parts:
+        if isinstance(part, Iterator):
+            yield from part
+        else:
+            yield part
 
 
 def map_written(blobs: SnapshotStore, name: str) -> memoryview:
