@@ -544,14 +544,14 @@ def _before_stalls() -> Iterator[None]:
     def drop_compacting(self: VersionsProjection, ref: str, *, compact: bool = True) -> None:
         drop_now(self, ref, compact=True)
 
-    kept = embedded.capture, snapshots.dumps_in_pieces
+    kept = embedded.capture, snapshots.payload_pieces
     drop_now = VersionsProjection._drop
-    embedded.capture, snapshots.dumps_in_pieces = capture_copying, orjson.dumps
+    embedded.capture, snapshots.payload_pieces = capture_copying, lambda body: [orjson.dumps(body)]
     VersionsProjection._drop = drop_compacting  # type: ignore[method-assign]
     try:
         yield
     finally:
-        embedded.capture, snapshots.dumps_in_pieces = kept
+        embedded.capture, snapshots.payload_pieces = kept
         VersionsProjection._drop = drop_now  # type: ignore[method-assign]
 
 

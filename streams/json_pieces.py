@@ -23,7 +23,12 @@ FEW = 64  # a container of at most this many items has each weighed
 
 def dumps_in_pieces(body: Any, piece: int = PIECE) -> bytes:
     """What ``orjson.dumps(body)`` returns (plain JSON types, string keys), built in pieces."""
-    return b"".join(_pieces(body, piece))
+    return b"".join(pieces(body, piece))
+
+
+def pieces(body: Any, piece: int = PIECE) -> Iterator[bytes]:
+    """The pieces ``dumps_in_pieces`` joins, made one at a time (a writer can take each as it comes)."""
+    return _pieces(body, piece)
 
 
 def _weight(v: Any, budget: int) -> int:

@@ -14,7 +14,7 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,16 +26,9 @@ from memstream.streams import json_pieces
 log = logging.getLogger(__name__)
 
 
-# A checkpoint's payload, made in one go: bench/erasure.py swaps in ``orjson.dumps`` to time
-# the erasure as it was; left as it is, ``save`` writes the same bytes piece by piece.
-dumps_in_pieces: Callable[[Any], bytes] = json_pieces.dumps_in_pieces
-
-
-def payload_pieces(body: Any) -> Iterator[bytes]:
-    """The pieces whose concatenation is ``dumps_in_pieces(body)``, in order."""
-    if dumps_in_pieces is not json_pieces.dumps_in_pieces:
-        return iter([dumps_in_pieces(body)])
-    return json_pieces._pieces(body, json_pieces.PIECE)
+# A checkpoint's payload as the pieces ``save`` hashes and writes one at a time; bench/erasure.py
+# swaps in one ``orjson.dumps`` to time the erasure as it was (the same bytes).
+payload_pieces: Callable[[Any], Iterable[bytes]] = json_pieces.pieces
 
 
 # Temporary files this process is writing now: a sweep must not take them from under a save.

@@ -34,13 +34,10 @@ from memstream.api.faces.tool_route import (
     ERROR_HEADER,
     STATUS,
     TOOL_ROUTES,
-    BodyTooLarge,
     Crashproof,
     ToolEndpoint,
     make_caller,
-    read_body,
-    too_large_answer,
-    tool_answer,
+    request_answer,
     tool_of,
 )
 from memstream.api.services.acl import load_configured
@@ -73,16 +70,17 @@ async def call_tool(request: Request) -> Response:
     """``POST /v1/tools/{name}`` through FastAPI's stack, where ``MemstreamApp`` does not take
     the request itself (a ``root_path``): the same answer as ``ToolEndpoint``'s."""
     name = request.path_params.get("name") or TOOL_ROUTES[request.url.path]
-    engine = request.app.state.engine
-    try:
-        raw = await read_body(request.receive, request.scope["headers"])
-    except BodyTooLarge as exc:
-        return json_response(*await too_large_answer(engine, caller_of(request), name, exc))
-    if raw is None:
+    answer = await request_answer(
+        request.app.state.engine,
+        lambda: caller_of(request),
+        name,
+        request.receive,
+        request.scope["headers"],
+        request.headers.get("idempotency-key"),
+    )
+    if answer is None:
         return Response(status_code=400)  # the client went away: no one reads this
-    key = request.headers.get("idempotency-key")
-    body, status, code = await tool_answer(engine, lambda: caller_of(request), name, raw, key)
-    return json_response(body, status, code)
+    return json_response(*answer)
 
 
 class MemstreamApp(FastAPI):

@@ -123,17 +123,17 @@ class ToolEndpoint:
             if key in _READ and key not in found:
                 found[key] = value.decode("latin-1")
 
-        def caller() -> Caller:
-            return make_caller(scope, found.get(SESSION_HEADER), found.get(CLIENT_HEADER))
-
-        try:
-            raw = await read_body(receive, scope["headers"])
-        except BodyTooLarge as exc:
-            body, status, code = await too_large_answer(self.engine(), caller(), name, exc)
-        else:
-            if raw is None:  # the client went away: nothing to answer
-                return
-            body, status, code = await tool_answer(self.engine(), caller, name, raw, found.get(IDEMPOTENCY_HEADER))
+        answer = await request_answer(
+            self.engine(),
+            lambda: make_caller(scope, found.get(SESSION_HEADER), found.get(CLIENT_HEADER)),
+            name,
+            receive,
+            scope["headers"],
+            found.get(IDEMPOTENCY_HEADER),
+        )
+        if answer is None:  # the client went away: nothing to answer
+            return
+        body, status, code = answer
         for message in response_messages(body, status, code):
             await send(message)
 
@@ -176,12 +176,23 @@ async def read_body(receive: Receive, headers: Iterable[tuple[bytes, bytes]] = (
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def too_large_answer(
-    engine: Engine, caller: Caller, name: str, exc: BodyTooLarge
-) -> tuple[dict[str, Any], int, str | None]:
-    """A body over the limit is refused and audited like any bad call (H4): a 413."""
-    body = await refuse(engine, caller, name, exc.head, str(exc))
-    return body, 413, "too_large"
+async def request_answer(
+    engine: Engine,
+    caller: Callable[[], Caller],
+    name: str,
+    receive: Receive,
+    headers: Iterable[tuple[bytes, bytes]],
+    key: str | None,
+) -> tuple[dict[str, Any], int, str | None] | None:
+    """``tool_answer`` of a request's body, read within the limit (over it: a 413, refused and
+    audited like any bad call, H4); None if the client went away first."""
+    try:
+        raw = await read_body(receive, headers)
+    except BodyTooLarge as exc:
+        return await refuse(engine, caller(), name, exc.head, str(exc)), 413, "too_large"
+    if raw is None:
+        return None
+    return await tool_answer(engine, caller, name, raw, key)
 
 
 class Crashproof:

@@ -29,7 +29,6 @@ class Spill:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.made = 0  # chunks made (tests, introspection)
 
     def chunk(self, rows: int, dim: int) -> np.ndarray:
         """A zeroed (rows, dim) float32 array over a shared map of a new temporary file."""
@@ -37,7 +36,6 @@ class Spill:
         with tempfile.TemporaryFile(dir=self.directory) as f:
             f.truncate(nbytes)  # sparse: a page takes room only once written
             m = _Spilled(f.fileno(), nbytes)  # shared: written pages are the file's, not the process's
-        self.made += 1
         return np.frombuffer(m, dtype=np.float32).reshape(rows, dim)
 
 
