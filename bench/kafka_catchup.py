@@ -52,6 +52,13 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def digests(port: int) -> dict[str, Any]:
+    """A worker's read-model digests per partition (GET /digests), to compare with a replay's."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/digests", timeout=120) as r:
+        body: dict[str, Any] = json.loads(r.read())
+    return {p: v["digests"] for p, v in body.items()}
+
+
 def health(port: int) -> dict[str, Any] | None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
@@ -86,6 +93,27 @@ class Worker:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def cpu_split_s(self) -> tuple[float, float]:
+        """The worker process's (user, system) CPU seconds so far, every thread."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tick, int(fields[12]) / tick
+
+    def switches(self) -> int:
+        """Voluntary context switches of the worker's live threads so far (/proc/PID/status
+        counts the main thread's only). A thread that gave the interpreter lock up to another
+        and waited for it back counts one each time: the hand-offs wave 9 found."""
+        n = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                status = (task / "status").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            for line in status.splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    n += int(line.split()[1])
+        return n
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -112,6 +140,7 @@ class Worker:
         longest = 0.0
         last_answer = 0.0
         cpu_at = 0.0
+        switches_at, split_at = 0, (0.0, 0.0)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker {self.name} exited ({self.proc.returncode})")
@@ -129,6 +158,7 @@ class Worker:
                 if assigned_at is None or sorted(parts) != held:
                     assigned_at, held = now, sorted(parts)
                     answered, longest, last_answer, cpu_at = 0, 0.0, now, self.cpu_s()
+                    switches_at, split_at = self.switches(), self.cpu_split_s()
                     if all(o == ends[p] - 1 for p, o in parts.items()):
                         assigned_at, longest = not_yet, now - not_yet
                 elif any(o < ends[p] - 1 for p, o in parts.items()):
@@ -137,6 +167,7 @@ class Worker:
                     restored = {int(p): c["restored_from"] for p, c in body.get("checkpoints", {}).items()}
                     folded = sum(ends[p] - (restored.get(p) if restored.get(p) is not None else -1) - 1 for p in held)
                     seconds, cpu = now - assigned_at, self.cpu_s() - cpu_at
+                    switches, (user, system) = self.switches(), self.cpu_split_s()
                     return {
                         "partitions": held,
                         "events_in_partitions": sum(ends[p] for p in held),
@@ -151,6 +182,11 @@ class Worker:
                         "cpu_seconds": round(cpu, 2),
                         "cpu_ms_per_event": round(cpu * 1000 / folded, 4) if folded else None,
                         "cpu_seconds_process_start_to_caught_up": round(self.cpu_s(), 2),
+                        # From the first answer showing the partitions, as cpu_seconds.
+                        "cpu_user_seconds": round(user - split_at[0], 2),
+                        "cpu_system_seconds": round(system - split_at[1], 2),
+                        "voluntary_switches": switches - switches_at,
+                        "voluntary_switches_process_start_to_caught_up": switches,
                         "health_answers_during_catch_up": answered,
                         "health_longest_silence_s": round(longest, 3),
                         "partition_events_per_s": round(sum(ends[p] for p in held) / seconds) if seconds > 0 else None,
@@ -394,11 +430,15 @@ async def ab_async(args: argparse.Namespace) -> dict[str, Any]:
     (code / "memstream").mkdir()
     for package in ("api", "projections", "streams"):  # as the editable install maps them
         (code / "memstream" / package).symlink_to(args.ab.resolve() / package)
+    for package in ("client", "integrations"):  # installed as memstream.<name> from api/ (setup.py)
+        if (args.ab / "api" / package).is_dir():
+            (code / "memstream" / package).symlink_to(args.ab.resolve() / "api" / package)
     report = run_header(args, before=str(args.ab), worker_checkpoints="off")
     try:
         ends = await fill(cfg, args.events, args.dim)
         everything = sorted(ends)
         rounds = []
+        worker_digests: list[dict[str, Any]] = []
         for r in range(args.rounds):
             row = {}
             for kind in ("before", "after") if r % 2 == 0 else ("after", "before"):
@@ -406,6 +446,7 @@ async def ab_async(args: argparse.Namespace) -> dict[str, Any]:
                 w = Worker(kind, kafka_args, data, 0, code if kind == "before" else None)
                 try:
                     row[kind] = w.watch(ends, len(everything))
+                    worker_digests.append(digests(w.port))  # after the catch-up's timing
                 finally:
                     w.stop()
                     shutil.rmtree(data, ignore_errors=True)
@@ -420,9 +461,9 @@ async def ab_async(args: argparse.Namespace) -> dict[str, Any]:
         jobs = []
         for r in range(args.rounds):
             jobs.append({f"jobs_{j}": await rebuild(cfg, everything, j) for j in ((1, 2) if r % 2 == 0 else (2, 1))})
-        for row in jobs:
-            for x in row.values():
-                x.pop("digests")
+        replayed = [x.pop("digests") for row in jobs for x in row.values()]
+        # Every worker's read models (both codes, every round) against every replay's.
+        report["digests_equal_to_rebuild"] = all(d == replayed[0] for d in replayed + worker_digests)
         report["rebuild_rounds"] = jobs
         fold = report["fold_in_process"]["events_per_s"]
         report["ratios"] = {
@@ -433,6 +474,10 @@ async def ab_async(args: argparse.Namespace) -> dict[str, Any]:
             "before_over_fold_in_process": [round(x["before"]["events_folded_per_s"] / fold, 2) for x in rounds],
             "after_over_rebuild_jobs1": [
                 round(x["after"]["events_folded_per_s"] / j["jobs_1"]["events_per_second"], 2)
+                for x, j in zip(rounds, jobs, strict=True)
+            ],
+            "before_over_rebuild_jobs1": [
+                round(x["before"]["events_folded_per_s"] / j["jobs_1"]["events_per_second"], 2)
                 for x, j in zip(rounds, jobs, strict=True)
             ],
             "rebuild_jobs2_over_jobs1": [
@@ -464,6 +509,8 @@ def rebuild_cpu_ms(r: dict[str, Any]) -> float:
 AB_FIELDS = (
     "events_folded_per_s",
     "cpu_ms_per_event",
+    "cpu_system_seconds",
+    "voluntary_switches",
     "cpu_seconds_process_start_to_caught_up",
     "seconds_assigned_to_caught_up",
     "health_answers_during_catch_up",

@@ -534,7 +534,7 @@ class Worker:
                         # seeked every partition afresh, and the rest of the fetch may not
                         # continue the models it opened (a checkpoint restored further back).
                         break
-                    count = await fold_fetched(models, records, self.sealing)  # worker/tail.py
+                    count = await fold_fetched(models, records, self.sealing, models.tail_sliced)  # worker/tail.py
                 models.folded_by_tail += count
                 self._folded(models, count)
 
@@ -594,7 +594,12 @@ def worker_app(worker: Worker) -> Starlette:
         owned = {str(p): m.offset for p, m in sorted(worker.models.items())}
         body: dict[str, Any] = {"node": worker.worker_id, "url": worker.url, "partitions": owned}
         body["fold"] = {
-            str(p): {"by_agent": m.folded_by_agent, "by_tail": m.folded_by_tail, "fed_by_agent": p in worker.fed}
+            str(p): {
+                "by_agent": m.folded_by_agent,
+                "by_tail": m.folded_by_tail,
+                "tail_slices": m.tail_slices,
+                "fed_by_agent": p in worker.fed,
+            }
             for p, m in sorted(worker.models.items())
         }
         body["checkpoints"] = {

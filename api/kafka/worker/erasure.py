@@ -154,7 +154,7 @@ async def complete(
     [rec] = await worker.announcer.read(partition, offset, offset + 1, vectors=False)
     ev = decode(rec.value)
     await settle(offset)  # every read model of the partition drops the record
-    async with models.lock:  # the tail may be folding later events on a thread (worker/tail.py)
+    async with models.lock:  # the tail may be folding later events, a slice at a time (worker/tail.py)
         dropped = dropped_by(models.projections, ev)
     steps.done("fold")
     # Paused collector, short switches: as for the fold (``Worker._fold_erasure``).

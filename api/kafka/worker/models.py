@@ -42,10 +42,19 @@ class PartitionModels:
         self.jobs: dict[str, ReembedJob] = {}  # admin jobs over this partition's agents (re-embedding)
         self.folded_by_agent = 0  # events folded as the decider appended them (fold-on-append)
         self.folded_by_tail = 0  # events folded from the topic (catch-up and repair)
+        # The tail's slices: it folds a fetch on the event loop at most ``tail.SLICE`` records at
+        # a time, the loop taking a turn between two (api/kafka/worker/tail.py).
+        self.tail_slices = 0
+        self.largest_tail_slice = 0
         # Offsets of the erasures folded while the worker looks for a previous owner's pending
         # ones (api/kafka/worker/erasure.py ``complete_pending``): a catch-up's fold meets them,
         # so only what the models held before it is read again for them. None: not noted.
         self.erasures_folded: list[int] | None = None
+
+    def tail_sliced(self, records: int) -> None:
+        """The tail folds a slice of ``records`` records (api/kafka/worker/tail.py)."""
+        self.tail_slices += 1
+        self.largest_tail_slice = max(self.largest_tail_slice, records)
 
     def apply(self, offset: int, value: bytes, vector: bytes | None) -> None:
         """Fold one event as the embedded runner does (``ProjectionRunner.apply``): an erasure
