@@ -6,6 +6,7 @@ the interpreter lock against the loop (wave 9 measured thousands of hand-offs pe
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import math
 import threading
@@ -44,6 +45,14 @@ async def test_a_catch_up_folds_on_the_loop_in_bounded_slices_and_answers_betwee
         return real(models, records, opener)
 
     monkeypatch.setattr(tail, "fold_records", fold)
+    collects: list[int] = []  # full collections meanwhile (the tail's after a fetch)
+    real_collect = gc.collect
+
+    def collect(generation: int = 2) -> int:
+        collects.append(generation)
+        return real_collect(generation)
+
+    monkeypatch.setattr(gc, "collect", collect)
     try:
         async with asyncio.timeout(120):
             await node.assigned({p})
@@ -66,6 +75,9 @@ async def test_a_catch_up_folds_on_the_loop_in_bounded_slices_and_answers_betwee
     assert models.largest_tail_slice == max(n for _, n, _ in folds) <= tail.SLICE
     assert models.tail_slices == len(folds) >= math.ceil(EVENTS / tail.SLICE)
     assert health["fold"][str(p)]["tail_slices"] == models.tail_slices
+    # The catch-up to the end at the assignment freezes its survivors without collecting, as a
+    # replay's fold does (the tail after it collects again: test_worker_tail_collector.py).
+    assert collects == []
     # /health answered between two slices, more than once (the partition's lock held by the
     # fetch meanwhile, as test_kafka_catch_up_fold.py checks).
     turns = [b[2] - a[2] for a, b in itertools.pairwise(folds)]

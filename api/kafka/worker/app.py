@@ -534,7 +534,10 @@ class Worker:
                         # seeked every partition afresh, and the rest of the fetch may not
                         # continue the models it opened (a checkpoint restored further back).
                         break
-                    count = await fold_fetched(models, records, self.sealing, models.tail_sliced)  # worker/tail.py
+                    catching_up = models.offset < models.target  # to the end at the assignment
+                    count = await fold_fetched(
+                        models, records, self.sealing, models.tail_sliced, collect=not catching_up
+                    )  # worker/tail.py
                 models.folded_by_tail += count
                 self._folded(models, count)
 

@@ -3,14 +3,15 @@ read models. A partition just gained catches up from offset 0 (or its checkpoint
 thousands of events, seconds of fold each on a loaded machine: folded on the event loop whole,
 they kept the worker from answering anything, ``/health`` included, until caught up
 (bench/kafka_catchup.py, docs/benchmarks.md "Kafka catch-up"). Folded on a thread instead (wave 7),
-the loop answered, but the interpreter lock changed hands thousands of times per catch-up between
-the fold's thread and the loop (up to 24k voluntary switches and 0.8 s more system CPU for 40k
-events, docs/benchmarks.md "Catching up at replay's rate (wave 9)"), and the worker fell short of a
-replay's rate. So a large fetch folds on the loop in slices of at most ``SLICE`` records, the
+the loop answered, but the interpreter lock changed hands between the fold's thread and the loop
+all along (38-39k voluntary switches per 40k-event catch-up against 20-23k in slices; 0.48-0.53 s
+system CPU against 0.32-0.40: docs/benchmarks.md "Catching up at replay's rate (wave 10)"). So a
+large fetch folds on the loop in slices of at most ``SLICE`` records, the
 loop taking a turn between two (``/health``, other partitions' calls, the next fetch's socket
 reads), with the cyclic collector paused over the fetch as a replay's fold is
-(streams/folding.py) and the fetch's garbage collected before its survivors are frozen (this
-fold recurs). A small fetch (the steady tail, a few events) folds inline as one slice.
+(streams/folding.py) and the fetch's survivors frozen after it (its garbage collected first,
+except in the catch-up to the end at the assignment: ``fold_fetched``). A small fetch (the
+steady tail, a few events) folds inline as one slice.
 
 The caller holds the partition's lock throughout, as for any fold: reads of the partition wait
 for it, a checkpoint captures between two fetches, the decider's appends meanwhile go to the
@@ -48,15 +49,22 @@ async def fold_fetched(
     records: Sequence[ConsumerRecord[bytes, bytes]],
     opener: Opener | None,
     on_slice: Callable[[int], None] | None = None,
+    *,
+    collect: bool = True,
 ) -> int:
     """Fold one fetch of a partition (the caller holds its lock); how many events applied.
-    ``on_slice`` is told each slice's size as it folds (``PartitionModels.tail_sliced``)."""
+    ``on_slice`` is told each slice's size as it folds (``PartitionModels.tail_sliced``).
+
+    ``collect``: the garbage is collected before the survivors are frozen, as large fetches
+    recur on a busy worker and a bare freeze would keep the garbage cycles alive at that moment
+    for good. A catch-up to the end at the assignment passes False and only freezes, as a
+    replay's fold does (``bulk_fold``): its collects found no cyclic garbage (0 objects in each
+    of 13 collects of a 40k-event catch-up) and cost ~5% of it, the first one (every object
+    since the process started) 60 ms of the loop at once."""
     if len(records) < PAUSE_AT:
         return _fold_slice(models, records, opener, on_slice)
     applied = 0
-    # Collected before the freeze: large fetches recur on a busy worker, and a bare freeze would
-    # keep the garbage cycles alive at that moment for good.
-    with collector_paused(collect=True):
+    with collector_paused(collect=collect):
         for start in range(0, len(records), SLICE):
             if start:
                 for _ in range(TURNS):  # the loop's turns between two slices
