@@ -68,8 +68,9 @@ def _pieces(v: Any, piece: int) -> Iterator[bytes]:
         while batch := dict(islice(items, per)):
             yield sep + orjson.dumps(batch)[1:-1]
             sep = b","
-    else:
-        yield b",".join(orjson.dumps(v[i : i + per])[1:-1] for i in range(0, len(v), per))
+    else:  # each slice its own piece: joined, a 1M-row list was one 100 MB piece
+        for i in range(0, len(v), per):
+            yield (b"," if i else b"") + orjson.dumps(v[i : i + per])[1:-1]
     yield close
 
 

@@ -6,7 +6,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from sys import intern
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -245,6 +245,27 @@ class AgentIndex:
             rows.append((ref, self.names[self.proj[slot]], self.names[self.chan[slot]], int(self.seq[slot]), text))
         rows.sort(key=lambda r: r[3])
         return rows
+
+    def snapshot_rows(self) -> list[list[Any]]:
+        """``live_rows`` as a snapshot holds them (lists), in the same order, ordered in numpy:
+        at 1M rows a tuple and a sort key per row on top of the lists were ~0.2 GB of a
+        checkpoint's peak (docs/benchmarks.md, "The cold start's peak")."""
+        refs = list(self.slot_of)
+        slots = np.fromiter(self.slot_of.values(), dtype=np.int64, count=len(refs))
+        order = np.argsort(self.seq[slots], kind="stable")  # ties as live_rows: slot_of's order
+        slots = slots[order]
+        names, texts = self.names, self.texts
+        return [
+            [refs[i], names[p], names[c], q, texts[s]]
+            for i, s, p, c, q in zip(
+                order.tolist(),
+                slots.tolist(),
+                self.proj[slots].tolist(),
+                self.chan[slots].tolist(),
+                self.seq[slots].tolist(),
+                strict=True,
+            )
+        ]
 
     def rebuild(self) -> None:
         """Re-index the live rows from their text (dead slots, postings and words all go)."""

@@ -19,6 +19,7 @@ from memstream.projections.lexical.text import keyword_terms, query_tokens
 from memstream.projections.scope import ScopeFilter
 from memstream.projections.vectors.sidecar import release_pages
 from memstream.streams.decision.whole_agent import names_every_record
+from memstream.streams.json_pieces import pieces
 from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -176,14 +177,18 @@ class LexicalProjection:
     def to_snapshot(self) -> dict[str, Any]:
         """The logical content (canonical: it is what digests compare), naming the sidecar
         that holds the analysed index of the same content, written here if it is not there yet."""
-        agents = {}
+        agents: dict[str, list[Any]] = {}
         for agent in sorted(self.agents):
-            rows = self.agents[agent].live_rows()
+            rows = self.agents[agent].snapshot_rows()
             if rows:
-                agents[agent] = [list(r) for r in rows]
+                agents[agent] = rows
         # The sidecar's format is hashed in: a checkpoint of the same rows by a newer release
-        # writes its own sidecar instead of keeping an older format's under the same name.
-        rows_hash = hashlib.sha256(b"%d:" % sidecar.FORMAT + orjson.dumps(agents)).hexdigest()[:32]
+        # writes its own sidecar instead of keeping an older format's under the same name. The
+        # rows are hashed as their JSON is made, never held whole (json_pieces: the same bytes).
+        digest = hashlib.sha256(b"%d:" % sidecar.FORMAT)
+        for piece in pieces(agents):
+            digest.update(piece)
+        rows_hash = digest.hexdigest()[:32]
         name = f"{self.name}-{rows_hash}"
         if self.blobs is not None and not self.blobs.blob_path(name).exists():
             sidecar.write(self.blobs, name, self.agents, rows_hash)

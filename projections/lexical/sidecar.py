@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Generator, Iterator, Sequence
 from operator import itemgetter
 from sys import intern
 from typing import Any, Final
@@ -17,30 +17,40 @@ from memstream.projections.lexical.index import AgentIndex
 from memstream.projections.lexical.packed import Packed
 from memstream.streams.snapshots import SnapshotStore
 
+# 3: the arrays first, each written as it is made, and the header last (a trailer), so a
+# checkpoint never holds the whole sidecar (docs/benchmarks.md, "The cold start's peak").
 # 2: no refs in the header (the snapshot's rows give them, through ``row_of``); postings and
-# grams stay packed after a load (``packed.py``). 1 still loads.
-FORMAT: Final = 2
-READS: Final = frozenset({1, 2})
+# grams stay packed after a load (``packed.py``). 2 and 1 still load.
+FORMAT: Final = 3
+READS: Final = frozenset({1, 2, 3})
+
+# The first word of a format-3 sidecar: no header that long was ever written before it.
+TRAILED: Final = 0xFFFF_FFFF_FFFF_FFFF
+_ALIGN: Final = 64
 
 # The per-slot columns, with the dtype each is stored in.
 _COLUMNS: Final = (("seq", np.int64), ("dlen", np.float64), ("proj", np.int32), ("chan", np.int32), ("alive", np.bool_))
+
+Piece = bytes | memoryview
+Pieces = Generator[Piece, None, list[int]]
 
 
 class _Parts:
     """Arrays laid out one after another, each 64-byte aligned; the header names them [offset, bytes]."""
 
-    def __init__(self) -> None:
-        self.parts: list[Any] = []
-        self.pos = 0
+    def __init__(self, at: int) -> None:
+        self.pos = at
 
-    def put(self, data: Any) -> list[int]:
+    def put(self, data: Any) -> Pieces:
+        """Yields ``data``'s bytes and their padding, and returns where they are: the caller
+        passes the array inline, so it is released once written."""
         view = memoryview(data).cast("B")
         at, nbytes = self.pos, view.nbytes
         if nbytes:
-            self.parts.append(view)
-        pad = (-nbytes) % 64
+            yield view
+        pad = (-nbytes) % _ALIGN
         if pad:
-            self.parts.append(b"\0" * pad)
+            yield b"\0" * pad
         self.pos += nbytes + pad
         return [at, nbytes]
 
@@ -52,116 +62,145 @@ def _flat(lists: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     return ptr, np.frombuffer(b"".join(lists), dtype=np.int32)
 
 
-def _packed_csr(table: Packed[Any], col: int) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """A packed mapping's keys and one column as a CSR, its base copied in bulk (never unpacked)."""
-    keys = table.unpacked()
-    ptr, flat = _flat([table.buffers(k)[col] for k in keys])
+def _packed_csr(table: Packed[Any], keys: list[str], col: int) -> tuple[np.ndarray, np.ndarray]:
+    """One column of a packed mapping as a CSR in the order of ``keys`` (its unpacked keys, then
+    its base's), the base copied in bulk (never unpacked)."""
+    ptr, flat = _flat([table.buffers(k)[col] for k in keys[: len(keys) - len(table.base)]])
     if not table.base:
-        return keys, ptr, flat
+        return ptr, flat
     rows = np.fromiter(table.base.values(), dtype=np.int64, count=len(table.base))
-    starts, ends = table.ptr[rows], table.ptr[rows + 1]
-    lens = ends - starts
-    at = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+    starts = table.ptr[rows]
+    lens = table.ptr[rows + 1] - starts
     base_ptr = np.cumsum(lens) + ptr[-1]
-    return keys + list(table.base), np.concatenate((ptr, base_ptr)), np.concatenate((flat, table.cols[col][at]))
+    if np.array_equal(rows, np.arange(rows.shape[0])):
+        base_flat = table.cols[col][: int(lens.sum())]  # the whole base, in its own order: one slice
+    else:
+        base_flat = table.cols[col][np.repeat(starts - (base_ptr - ptr[-1] - lens), lens) + np.arange(int(lens.sum()))]
+    return np.concatenate((ptr, base_ptr)), np.concatenate((flat, base_flat))
 
 
-def _keep(ptr: np.ndarray, flat: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The prefix sums of a CSR once only the ``keep`` entries of ``flat`` stay."""
-    owner = np.repeat(np.arange(ptr.shape[0] - 1), np.diff(ptr))
-    out = np.zeros(ptr.shape[0], dtype=np.int64)
-    np.cumsum(np.bincount(owner[keep], minlength=ptr.shape[0] - 1), out=out[1:])
-    return out
+def _kept_ptr(ptr: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+    """The prefix sums of a CSR once only the ``keep`` entries of its flat array stay."""
+    if keep is None:
+        return ptr
+    kept = np.zeros(keep.shape[0] + 1, dtype=np.int64)
+    np.cumsum(keep, out=kept[1:])
+    return kept[ptr]
 
 
-def _agent_entry(name: str, idx: AgentIndex, parts: _Parts) -> dict[str, Any]:
+def _agent_arrays(name: str, idx: AgentIndex, parts: _Parts) -> Generator[Piece, None, dict[str, Any]]:
     """One agent's index without its dead slots, and without the keyword words and grams only
     dead slots held: what the sidecar keeps is what the live rows say (an erased or deleted
-    text leaves nothing in it), renumbered in slot order so recency ties break the same."""
+    text leaves nothing in it), renumbered in slot order so recency ties break the same.
+    Yields the arrays one at a time, each made just before it is written; returns the header's
+    entry naming them."""
     kw = idx.kw
     if len(kw.dw):
         kw.merge()  # the pending keyword postings join the CSR; the answers do not change
     n = idx.n
     alive = idx.alive[:n]
     live = np.flatnonzero(alive)
+    every = live.shape[0] == n  # no dead slot: nothing to drop or renumber
     remap = np.full(n, -1, dtype=np.int32)
     remap[live] = np.arange(live.shape[0], dtype=np.int32)
+    e: dict[str, Any] = {"agent": name, "n": int(live.shape[0]), "total_len": idx.total_len, "names": idx.names}
+    # Each slot's row in the snapshot's list (sorted by seq, ties in slot order: live_rows).
+    order = np.argsort(idx.seq[live], kind="stable")
+    e["row_of"] = yield from parts.put(np.argsort(order, kind="stable").astype(np.int32))
+    del order
+    e["columns"] = {}
+    for col, _ in _COLUMNS:
+        e["columns"][col] = yield from parts.put(np.ascontiguousarray(getattr(idx, col)[live]))
     # BM25 postings: every term is held by a live row (``remove`` drops the others).
-    terms, sptr, sflat = _packed_csr(idx.post, 0)
-    _, _, tflat = _packed_csr(idx.post, 1)
-    keep = alive[sflat]
-    pptr = _keep(sptr, sflat, keep)
+    terms = e["terms"] = idx.post.unpacked() + list(idx.post.base)
+    e["df"] = yield from parts.put(np.fromiter((idx.df[t] for t in terms), dtype=np.int32, count=len(terms)))
+    sptr, sflat = _packed_csr(idx.post, terms, 0)
+    keep = None if every else alive[sflat]
+    e["post_ptr"] = yield from parts.put(_kept_ptr(sptr, keep))
+    del sptr
+    e["post_slots"] = yield from parts.put(sflat if keep is None else remap[sflat[keep]])
+    del sflat
+    tflat = _packed_csr(idx.post, terms, 1)[1]
+    e["post_tfs"] = yield from parts.put(tflat if keep is None else tflat[keep])
+    del tflat, keep
     # Keyword words: those some live row holds, renumbered in order; their grams likewise.
     n_words = kw.ptr.shape[0] - 1
-    wkeep = alive[kw.flat]
-    wptr_all = _keep(kw.ptr, kw.flat, wkeep)
+    wkeep = None if every else alive[kw.flat]
+    wptr_all = _kept_ptr(kw.ptr, wkeep)
     live_words = np.diff(wptr_all) > 0
     wremap = np.full(len(kw.words), -1, dtype=np.int32)
     wremap[:n_words][live_words] = np.arange(int(live_words.sum()), dtype=np.int32)
-    words = [w for w, ok in zip(kw.words, live_words.tolist(), strict=False) if ok]
-    wptr = np.concatenate(([0], wptr_all[1:][live_words])).astype(np.int64)
-    grams, gptr_all, gflat = _packed_csr(kw.grams, 0)
-    gkeep = wremap[gflat] >= 0
-    gptr_kept = _keep(gptr_all, gflat, gkeep)
+    every_word = n_words == len(kw.words) and bool(live_words.all())  # no word to drop or renumber
+    e["words"] = kw.words if every_word else [w for w, ok in zip(kw.words, live_words.tolist(), strict=False) if ok]
+    e["word_ptr"] = yield from parts.put(np.concatenate(([0], wptr_all[1:][live_words])).astype(np.int64))
+    del wptr_all
+    e["word_flat"] = yield from parts.put(kw.flat if wkeep is None else remap[kw.flat[wkeep]])
+    del wkeep, remap
+    grams = kw.grams.unpacked() + list(kw.grams.base)
+    gptr_all, gflat = _packed_csr(kw.grams, grams, 0)
+    gkeep = None if every_word else wremap[gflat] >= 0
+    gptr_kept = _kept_ptr(gptr_all, gkeep)
+    del gptr_all
     live_grams = np.diff(gptr_kept) > 0
-    return {
-        "agent": name,
-        "n": int(live.shape[0]),
-        "total_len": idx.total_len,
-        # Each slot's row in the snapshot's list (sorted by seq, ties in slot order: live_rows).
-        "row_of": parts.put(np.argsort(np.argsort(idx.seq[live], kind="stable"), kind="stable").astype(np.int32)),
-        "names": idx.names,
-        "columns": {col: parts.put(np.ascontiguousarray(getattr(idx, col)[live])) for col, _ in _COLUMNS},
-        "terms": terms,
-        "df": parts.put(np.fromiter((idx.df[t] for t in terms), dtype=np.int32, count=len(terms))),
-        "post_ptr": parts.put(pptr),
-        "post_slots": parts.put(remap[sflat[keep]]),
-        "post_tfs": parts.put(tflat[keep]),
-        "words": words,
-        "word_ptr": parts.put(wptr),
-        "word_flat": parts.put(remap[kw.flat[wkeep]]),
-        "grams": [g for g, ok in zip(grams, live_grams.tolist(), strict=True) if ok],
-        "gram_ptr": parts.put(np.concatenate(([0], gptr_kept[1:][live_grams])).astype(np.int64)),
-        "gram_words": parts.put(wremap[gflat[gkeep]]),
-    }
+    e["grams"] = [g for g, ok in zip(grams, live_grams.tolist(), strict=True) if ok]
+    del grams
+    e["gram_ptr"] = yield from parts.put(np.concatenate(([0], gptr_kept[1:][live_grams])).astype(np.int64))
+    del gptr_kept, live_grams
+    e["gram_words"] = yield from parts.put(gflat if gkeep is None else wremap[gflat[gkeep]])
+    return e
 
 
-def layout(agents: dict[str, AgentIndex], rows_hash: str) -> tuple[dict[str, Any], list[Any]]:
-    """The header (JSON: strings and where each array is) and the arrays, for every agent."""
-    parts = _Parts()
-    entries = [_agent_entry(name, agents[name], parts) for name in sorted(agents) if agents[name].slot_of]
-    return {"format": FORMAT, "rows_hash": rows_hash, "agents": entries}, parts.parts
-
-
-def encode(agents: dict[str, AgentIndex], rows_hash: str) -> list[Any]:
-    """The sidecar's bytes, as parts written in order: header length, header, arrays."""
-    header, parts = layout(agents, rows_hash)
-    head = orjson.dumps(header)
-    head_len = len(head) + (-(len(head) + 8) % 64)
-    return [struct.pack("<Q", head_len), head.ljust(head_len, b" "), *parts]
+def encode(agents: dict[str, AgentIndex], rows_hash: str) -> Iterator[Piece]:
+    """The sidecar's bytes, as parts written in order: the format-3 mark (64 bytes), every
+    agent's arrays, the header (JSON: strings and where each array is), the header's length."""
+    yield struct.pack("<Q", TRAILED).ljust(_ALIGN, b"\0")
+    parts = _Parts(_ALIGN)
+    entries = []
+    for name in sorted(agents):
+        if agents[name].slot_of:
+            entries.append((yield from _agent_arrays(name, agents[name], parts)))
+    head = orjson.dumps({"format": FORMAT, "rows_hash": rows_hash, "agents": entries})
+    yield head
+    yield struct.pack("<Q", len(head))
 
 
 def write(blobs: SnapshotStore, name: str, agents: dict[str, AgentIndex], rows_hash: str) -> None:
     blobs.save_blob(name, encode(agents, rows_hash))
 
 
+def _header(mv: memoryview) -> tuple[dict[str, Any], int, int]:
+    """The header and the span of bytes its arrays may lie in: [base, end)."""
+    (first,) = struct.unpack_from("<Q", mv, 0)
+    if first == TRAILED:
+        (head_len,) = struct.unpack_from("<Q", mv, mv.nbytes - 8)
+        end = mv.nbytes - 8 - head_len
+        if end < _ALIGN:
+            raise ValueError("lexical sidecar header past its start")
+        header = orjson.loads(bytes(mv[end : mv.nbytes - 8]))
+        if header.get("format") != FORMAT:
+            raise ValueError("lexical sidecar of another format")
+        return header, 0, end
+    header = orjson.loads(bytes(mv[8 : 8 + first]))
+    if header.get("format") not in (1, 2):
+        raise ValueError("lexical sidecar of another format")
+    return header, 8 + first, mv.nbytes
+
+
 def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> dict[str, AgentIndex]:
     """The agents' indexes from a sidecar, their texts from the snapshot's ``rows``; raises
     ``ValueError`` (or ``KeyError``, ``TypeError``, ``IndexError``, ``struct.error``) when the
     sidecar is not the one of these rows, or is inconsistent."""
-    (head_len,) = struct.unpack_from("<Q", mv, 0)
-    header = orjson.loads(bytes(mv[8 : 8 + head_len]))
+    header, base, end = _header(mv)
     fmt = header.get("format")
     if fmt not in READS or header.get("rows_hash") != rows_hash:
         raise ValueError("lexical sidecar is not this snapshot's")
-    base = 8 + head_len
 
     def arr(spec: list[int], dtype: Any, count: int | None = None) -> np.ndarray:
         at, nbytes = spec
         size = np.dtype(dtype).itemsize
         if count is None:
             count = nbytes // size
-        if nbytes != count * size or base + at + nbytes > mv.nbytes:
+        if nbytes != count * size or at < 0 or base + at + nbytes > end:
             raise ValueError("lexical sidecar array of the wrong size")
         return np.frombuffer(mv, dtype=dtype, count=count, offset=base + at) if count else np.empty(0, dtype)
 

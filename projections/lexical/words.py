@@ -13,6 +13,7 @@ from memstream.projections.lexical.packed import GramIds
 from memstream.projections.lexical.text import is_cjk
 
 NO_IDS: Final = np.zeros(0, dtype=np.int64)
+MOVE_RUN: Final = 1 << 20  # postings a merge moves per step (``_move``)
 
 
 class WordIndex:
@@ -76,8 +77,7 @@ class WordIndex:
         np.cumsum(new_cnt, out=new_ptr[1:])
         flat = np.empty(int(new_ptr[-1]), dtype=np.int32)
         if self.flat.shape[0]:
-            shift = new_ptr[:-1] - old_ptr[:-1]
-            flat[np.repeat(shift, old_cnt) + np.arange(self.flat.shape[0])] = self.flat
+            _move(flat, self.flat, old_ptr, old_cnt, new_ptr[:-1] - old_ptr[:-1])
         o = np.argsort(dw, kind="stable")
         dws = dw[o]
         rank = np.arange(dws.shape[0]) - np.searchsorted(dws, dws, side="left")
@@ -122,6 +122,21 @@ class WordIndex:
         if not parts:
             return np.zeros(0, dtype=np.int32)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _move(dst: np.ndarray, src: np.ndarray, ptr: np.ndarray, cnt: np.ndarray, shift: np.ndarray) -> None:
+    """Each word's postings in ``src`` (a CSR by ``ptr``) to ``dst``, moved by the word's
+    ``shift``, a run of words holding about ``MOVE_RUN`` postings at a time: the positions are
+    int64, and made for all 20M postings of a 1M-memory index at once they were ~0.5 GB of the
+    cold start's peak (docs/benchmarks.md, "The cold start's peak")."""
+    n = cnt.shape[0]
+    w0 = 0
+    while w0 < n:
+        w1 = min(n, max(w0 + 1, int(np.searchsorted(ptr, ptr[w0] + MOVE_RUN, side="left"))))
+        a, b = int(ptr[w0]), int(ptr[w1])
+        if b > a:
+            dst[np.repeat(shift[w0:w1], cnt[w0:w1]) + np.arange(a, b)] = src[a:b]
+        w0 = w1
 
 
 def grams_of_word(w: str) -> set[str]:

@@ -66,3 +66,15 @@ def test_a_large_body_is_cut_into_pieces_of_at_most_the_bound() -> None:
         json_pieces.orjson = orjson
     assert max(sizes) <= 100
     assert len(sizes) >= 50
+
+
+def test_a_long_list_of_rows_comes_out_as_many_small_pieces() -> None:
+    """A writer takes the pieces as they come (a checkpoint hashes and writes each): a list of
+    many light rows must not come out as one piece, which held a 1M-row read model's JSON whole."""
+    from memstream.streams.json_pieces import pieces
+
+    body = {"agents": {"a": [[f"mem:{i}", "", "", i, f"text {i}"] for i in range(20_000)]}}
+    out = list(pieces(body, 600))
+    assert b"".join(out) == orjson.dumps(body)
+    assert len(out) >= 20_000 * 6 // 600
+    assert max(map(len, out)) < 0.02 * sum(map(len, out))

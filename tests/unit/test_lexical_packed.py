@@ -87,8 +87,27 @@ def test_a_load_leaves_postings_packed_until_a_term_is_touched() -> None:
     assert list(slots)[-1] == restored.agents["a"].slot_of["mem:20"] and list(tfs)[-1] == 1
 
 
+def as_format_2(blob: bytes) -> bytes:
+    """The sidecar as format 2 wrote it: the header first, the arrays after it at offsets
+    from its end (format 3 writes the arrays first, from byte 64, and the header last)."""
+    assert struct.unpack_from("<Q", blob, 0)[0] == sidecar.TRAILED
+    (head_len,) = struct.unpack_from("<Q", blob, len(blob) - 8)
+    end = len(blob) - 8 - head_len
+    header = orjson.loads(blob[end:-8])
+    header["format"] = 2
+    for e in header["agents"]:
+        for spans in (e, e["columns"]):
+            for key, span in spans.items():
+                if isinstance(span, list) and len(span) == 2 and all(isinstance(x, int) for x in span):
+                    spans[key] = [span[0] - 64, span[1]]
+    head = orjson.dumps(header)
+    new_len = len(head) + (-(len(head) + 8) % 64)
+    return struct.pack("<Q", new_len) + head.ljust(new_len, b" ") + blob[64:end]
+
+
 def as_format_1(blob: bytes, rows: dict[str, list[list[Any]]]) -> bytes:
-    """The sidecar as the previous release wrote it: each slot's ref in the header, no ``row_of``."""
+    """The sidecar as the release before wrote it: each slot's ref in the header, no ``row_of``."""
+    blob = as_format_2(blob)
     (head_len,) = struct.unpack_from("<Q", blob, 0)
     header = orjson.loads(blob[8 : 8 + head_len])
     base = 8 + head_len
@@ -121,6 +140,25 @@ def test_a_format_1_sidecar_still_loads_without_analysing_a_text(monkeypatch: py
     assert answers(fold(*more, proj=restored)) == answers(fold(*more, proj=live))
 
 
+def test_a_format_2_sidecar_still_loads_without_analysing_a_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    live = fold(*sample_events(), deleted(2))
+    body = orjson.loads(orjson.dumps(live.to_snapshot()))
+    rows_hash = body["blob"].removeprefix("lexical-")
+    old = as_format_2(b"".join(bytes(x) for x in sidecar.encode(live.agents, rows_hash)))
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("a text was analysed")
+
+    monkeypatch.setattr(indexmod.AgentIndex, "add", refuse)
+    restored = LexicalProjection()
+    restored.agents = sidecar.read(memoryview(bytearray(old)), rows_hash, body["agents"])
+    restored.offset = live.offset
+    monkeypatch.undo()
+    assert digest_of(restored) == digest_of(live) and answers(restored) == answers(live)
+    more = [stored(20, "kafka replay"), updated(1, "consumer groups again"), deleted(6)]
+    assert answers(fold(*more, proj=restored)) == answers(fold(*more, proj=live))
+
+
 def test_a_sidecar_whose_slots_do_not_match_the_rows_is_refused() -> None:
     live = fold(*sample_events(), stored(7, "seventh"), stored(8, "eighth"))
     body = orjson.loads(orjson.dumps(live.to_snapshot()))
@@ -130,4 +168,3 @@ def test_a_sidecar_whose_slots_do_not_match_the_rows_is_refused() -> None:
     blob = bytearray(b"".join(bytes(x) for x in sidecar.encode(live.agents, rows_hash)))
     with pytest.raises(ValueError):
         sidecar.read(memoryview(blob), rows_hash, swapped)
-

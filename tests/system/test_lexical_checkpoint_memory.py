@@ -1,0 +1,98 @@
+"""What a lexical checkpoint holds at once: the sidecar's arrays are made as they are written,
+a keyword merge moves its postings a run at a time, and the rows are hashed and listed without
+a second copy (docs/benchmarks.md, "The cold start's peak"). Memory is read with tracemalloc,
+which counts numpy's buffers; no timing is asserted."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from memstream.projections.lexical import LexicalProjection, sidecar
+from memstream.projections.lexical import words as wordsmod
+from memstream.projections.lexical.words import WordIndex
+from memstream.streams.snapshots import SnapshotStore
+from tests.unit.test_lexical import answers, deleted, fold, stored
+
+
+def traced_peak(work: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        work()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def many_rows(n: int, seed: int = 7) -> LexicalProjection:
+    """Rows of 20 words from a small vocabulary: postings, not strings, make up the sidecar."""
+    rng = random.Random(seed)
+    vocab = [f"word{i}" for i in range(300)]
+    p = LexicalProjection()
+    p.apply_many((i, stored(i, " ".join(rng.choice(vocab) for _ in range(20)))) for i in range(1, n + 1))
+    return p
+
+
+def test_the_sidecar_is_written_as_it_is_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wordsmod, "MOVE_RUN", 4096, raising=False)
+    p = many_rows(20_000)
+    store = SnapshotStore(tmp_path)
+    peak = traced_peak(lambda: sidecar.write(store, "lexical-h", p.agents, "h"))
+    size = store.blob_path("lexical-h").stat().st_size
+    # Made whole before the first byte was written, the sidecar was held 2.4 times over.
+    assert peak < 0.8 * size, (peak, size)
+    restored = LexicalProjection()
+    mv = store.map_blob("lexical-h")
+    assert mv is not None
+    restored.agents = sidecar.read(mv, "h", orjson.loads(orjson.dumps(p.to_snapshot()))["agents"])
+    restored.offset = p.offset
+    assert answers(restored) == answers(p)
+
+
+def test_a_merge_moves_postings_a_run_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(3)
+    pairs = [(slot, [f"w{rng.randrange(2000)}" for _ in range(15)]) for slot in range(30_000)]
+
+    def built(run: int) -> tuple[WordIndex, int]:
+        monkeypatch.setattr(wordsmod, "MOVE_RUN", run, raising=False)
+        monkeypatch.setattr(WordIndex, "MERGE_MIN", 10**9)  # everything pending, merged below
+        w = WordIndex()
+        for slot, ws in pairs[:29_000]:
+            w.add(slot, dict.fromkeys(ws))
+        w.merge()
+        for slot, ws in pairs[29_000:]:
+            w.add(slot, dict.fromkeys(ws))
+        return w, traced_peak(w.merge)
+
+    whole, _ = built(1 << 40)
+    for run in (1, 7, 4096):
+        w, peak = built(run)
+        assert np.array_equal(w.ptr, whole.ptr) and np.array_equal(w.flat, whole.flat)
+        assert w.slots(np.arange(50)).tolist() == whole.slots(np.arange(50)).tolist()
+    # The merged flat array itself, plus the few pending pairs' and the words' scratch; the old
+    # postings' int64 positions made at once were over twice the flat array on top of it.
+    _, peak = built(4096)
+    assert peak < 2.2 * whole.flat.nbytes, (peak, whole.flat.nbytes)
+
+
+def test_rows_are_listed_and_hashed_as_before() -> None:
+    p = fold(stored(3, "gamma row"), stored(1, "alpha row"), stored(2, "beta row"), deleted(1), stored(4, "delta"))
+    for idx in p.agents.values():
+        assert idx.snapshot_rows() == [list(r) for r in idx.live_rows()]
+    body = p.to_snapshot()
+    agents = orjson.loads(orjson.dumps(body["agents"]))
+    expected = hashlib.sha256(b"%d:" % sidecar.FORMAT + orjson.dumps(agents)).hexdigest()[:32]
+    assert body["blob"] == f"lexical-{expected}"
+    big = many_rows(3_000)
+    rows = big.to_snapshot()
+    assert (
+        rows["blob"].removeprefix("lexical-")
+        == hashlib.sha256(b"%d:" % sidecar.FORMAT + orjson.dumps(rows["agents"])).hexdigest()[:32]
+    )
