@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from sys import intern
 from typing import Any, Final
 
@@ -247,25 +247,35 @@ class AgentIndex:
         return rows
 
     def snapshot_rows(self) -> list[list[Any]]:
-        """``live_rows`` as a snapshot holds them (lists), in the same order, ordered in numpy:
-        at 1M rows a tuple and a sort key per row on top of the lists were ~0.2 GB of a
-        checkpoint's peak (docs/benchmarks.md, "The cold start's peak")."""
+        """``live_rows`` as a snapshot holds them (lists), in the same order."""
+        rows: list[list[Any]] = []
+        for part in self.snapshot_row_parts(1 << 16):
+            rows.extend(part)
+        return rows
+
+    def snapshot_row_parts(self, size: int) -> Iterator[list[list[Any]]]:
+        """``snapshot_rows`` ``size`` at a time, ordered in numpy: at 1M rows a tuple and a sort
+        key per row on top of the lists were ~0.2 GB of a checkpoint's peak, and a part at a
+        time the rows can be hashed without being held (docs/benchmarks.md, "The cold start's
+        peak")."""
         refs = list(self.slot_of)
         slots = np.fromiter(self.slot_of.values(), dtype=np.int64, count=len(refs))
         order = np.argsort(self.seq[slots], kind="stable")  # ties as live_rows: slot_of's order
         slots = slots[order]
         names, texts = self.names, self.texts
-        return [
-            [refs[i], names[p], names[c], q, texts[s]]
-            for i, s, p, c, q in zip(
-                order.tolist(),
-                slots.tolist(),
-                self.proj[slots].tolist(),
-                self.chan[slots].tolist(),
-                self.seq[slots].tolist(),
-                strict=True,
-            )
-        ]
+        for a in range(0, len(refs), size):
+            part = slots[a : a + size]
+            yield [
+                [refs[i], names[p], names[c], q, texts[s]]
+                for i, s, p, c, q in zip(
+                    order[a : a + size].tolist(),
+                    part.tolist(),
+                    self.proj[part].tolist(),
+                    self.chan[part].tolist(),
+                    self.seq[part].tolist(),
+                    strict=True,
+                )
+            ]
 
     def rebuild(self) -> None:
         """Re-index the live rows from their text (dead slots, postings and words all go)."""

@@ -19,7 +19,6 @@ from memstream.projections.lexical.text import keyword_terms, query_tokens
 from memstream.projections.scope import ScopeFilter
 from memstream.projections.vectors.sidecar import release_pages
 from memstream.streams.decision.whole_agent import names_every_record
-from memstream.streams.json_pieces import pieces
 from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -28,6 +27,7 @@ log = logging.getLogger(__name__)
 SNAPSHOT_VERSION: Final = 3
 # Snapshots this version still loads: a version-2 one by analysing its texts again.
 LOADS: Final = frozenset({2, 3})
+_HASHED_ROWS: Final = 4096  # rows dumped per part while hashing them (``_rows_hash``)
 
 
 def _text_of_episode(p: dict[str, Any]) -> str:
@@ -177,18 +177,9 @@ class LexicalProjection:
     def to_snapshot(self) -> dict[str, Any]:
         """The logical content (canonical: it is what digests compare), naming the sidecar
         that holds the analysed index of the same content, written here if it is not there yet."""
-        agents: dict[str, list[Any]] = {}
-        for agent in sorted(self.agents):
-            rows = self.agents[agent].snapshot_rows()
-            if rows:
-                agents[agent] = rows
-        # The sidecar's format is hashed in: a checkpoint of the same rows by a newer release
-        # writes its own sidecar instead of keeping an older format's under the same name. The
-        # rows are hashed as their JSON is made, never held whole (json_pieces: the same bytes).
-        digest = hashlib.sha256(b"%d:" % sidecar.FORMAT)
-        for piece in pieces(agents):
-            digest.update(piece)
-        rows_hash = digest.hexdigest()[:32]
+        # The sidecar first, then the rows: at 1M memories each is ~0.14 GB, and held together
+        # they were the top of a cold start's peak (docs/benchmarks.md, "The cold start's peak").
+        rows_hash = self._rows_hash()
         name = f"{self.name}-{rows_hash}"
         if self.blobs is not None and not self.blobs.blob_path(name).exists():
             sidecar.write(self.blobs, name, self.agents, rows_hash)
@@ -197,7 +188,31 @@ class LexicalProjection:
                 if old != name and old != on_disk:
                     self.blobs.drop_blob(old)
         self._blob = name
+        agents = {}
+        for agent in sorted(self.agents):
+            rows = self.agents[agent].snapshot_rows()
+            if rows:
+                agents[agent] = rows
         return {"version": SNAPSHOT_VERSION, "agents": agents, "blob": name}
+
+    def _rows_hash(self) -> str:
+        """The hash of the snapshot's rows: of ``orjson.dumps`` of its ``agents``, byte for byte,
+        made a part of the rows at a time, so they are never all held for it. The sidecar's
+        format is hashed in: a checkpoint of the same rows by a newer release writes its own
+        sidecar instead of keeping an older format's under the same name."""
+        digest = hashlib.sha256(b"%d:{" % sidecar.FORMAT)
+        sep = b""
+        for agent in sorted(self.agents):
+            idx = self.agents[agent]
+            if not idx.slot_of:
+                continue
+            digest.update(sep + orjson.dumps(agent) + b":[")
+            for i, part in enumerate(idx.snapshot_row_parts(_HASHED_ROWS)):
+                digest.update((b"," if i else b"") + orjson.dumps(part)[1:-1])
+            digest.update(b"]")
+            sep = b","
+        digest.update(b"}")
+        return digest.hexdigest()[:32]
 
     def _on_disk_blob(self) -> str | None:
         """The sidecar the checkpoint on disk names (kept until a new checkpoint replaces it)."""
