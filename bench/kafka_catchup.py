@@ -90,8 +90,7 @@ class Worker:
 
     def cpu_s(self) -> float:
         """The worker process's CPU seconds so far (user and system, every thread)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return sum(self.cpu_split_s())
 
     def cpu_split_s(self) -> tuple[float, float]:
         """The worker process's (user, system) CPU seconds so far, every thread."""

@@ -254,10 +254,9 @@ class AgentIndex:
         return rows
 
     def snapshot_row_parts(self, size: int) -> Iterator[list[list[Any]]]:
-        """``snapshot_rows`` ``size`` at a time, ordered in numpy: at 1M rows a tuple and a sort
-        key per row on top of the lists were ~0.2 GB of a checkpoint's peak, and a part at a
-        time the rows can be hashed without being held (docs/benchmarks.md, "The cold start's
-        peak")."""
+        """``snapshot_rows`` ``size`` at a time, ordered in numpy (no tuple and sort key per row
+        beside the lists), so a part at a time the rows can be hashed without being held
+        (docs/benchmarks.md, "The lexical checkpoint's peak (wave 10)")."""
         refs = list(self.slot_of)
         slots = np.fromiter(self.slot_of.values(), dtype=np.int64, count=len(refs))
         order = np.argsort(self.seq[slots], kind="stable")  # ties as live_rows: slot_of's order

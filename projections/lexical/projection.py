@@ -178,7 +178,7 @@ class LexicalProjection:
         """The logical content (canonical: it is what digests compare), naming the sidecar
         that holds the analysed index of the same content, written here if it is not there yet."""
         # The sidecar first, then the rows: at 1M memories each is ~0.14 GB, and held together
-        # they were the top of a cold start's peak (docs/benchmarks.md, "The cold start's peak").
+        # they were the top of a cold start's peak (docs/benchmarks.md, "The lexical checkpoint's peak (wave 10)").
         rows_hash = self._rows_hash()
         name = f"{self.name}-{rows_hash}"
         if self.blobs is not None and not self.blobs.blob_path(name).exists():

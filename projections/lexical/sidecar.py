@@ -18,7 +18,7 @@ from memstream.projections.lexical.packed import Packed
 from memstream.streams.snapshots import SnapshotStore
 
 # 3: the arrays first, each written as it is made, and the header last (a trailer), so a
-# checkpoint never holds the whole sidecar (docs/benchmarks.md, "The cold start's peak").
+# checkpoint never holds the whole sidecar (docs/benchmarks.md, "The lexical checkpoint's peak (wave 10)").
 # 2: no refs in the header (the snapshot's rows give them, through ``row_of``); postings and
 # grams stay packed after a load (``packed.py``). 2 and 1 still load.
 FORMAT: Final = 3

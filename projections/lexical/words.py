@@ -127,8 +127,8 @@ class WordIndex:
 def _move(dst: np.ndarray, src: np.ndarray, ptr: np.ndarray, cnt: np.ndarray, shift: np.ndarray) -> None:
     """Each word's postings in ``src`` (a CSR by ``ptr``) to ``dst``, moved by the word's
     ``shift``, a run of words holding about ``MOVE_RUN`` postings at a time: the positions are
-    int64, and made for all 20M postings of a 1M-memory index at once they were ~0.5 GB of the
-    cold start's peak (docs/benchmarks.md, "The cold start's peak")."""
+    int64, made for all 20M postings of a 1M-memory index at once (docs/benchmarks.md, "The
+    lexical checkpoint's peak (wave 10)")."""
     n = cnt.shape[0]
     w0 = 0
     while w0 < n:

@@ -40,8 +40,8 @@ def test_a_large_fetch_folds_with_the_collector_paused_and_freezes_no_garbage(
         return len(records)  # type: ignore[arg-type]
 
     monkeypatch.setattr(tail, "fold_records", fold)
-    records = [object()] * tail.OFFLOAD_AT
-    assert asyncio.run(tail.fold_fetched(object(), records, None)) == tail.OFFLOAD_AT  # type: ignore[arg-type]
+    records = [object()] * tail.PAUSE_AT
+    assert asyncio.run(tail.fold_fetched(object(), records, None)) == tail.PAUSE_AT  # type: ignore[arg-type]
     assert seen == [False]
     assert gc.isenabled()
     assert garbage[0]() is None  # collected, not frozen with the survivors

@@ -41,7 +41,6 @@ TURNS = 8
 # Records of one partition in one fetch from which it folds with the collector paused (and
 # collects after): a catch-up's fetch, not the steady tail's few events.
 PAUSE_AT = 64
-OFFLOAD_AT = PAUSE_AT  # wave 7's name of the same threshold (tests/unit/test_worker_tail_collector.py)
 
 
 async def fold_fetched(
