@@ -13,7 +13,11 @@ CHUNK: Final = 8192  # rows per vector chunk
 
 
 def inv_norm(vec: np.ndarray) -> float:
-    norm = float(np.sqrt(np.dot(vec.astype(np.float64), vec.astype(np.float64))))
+    """``np.vdot``, not ``np.dot``: the same BLAS sum to the bit, but it keeps the interpreter
+    lock. ``np.dot`` lets it go for each call, once per folded vector, and every release wakes
+    another thread waiting for it (docs/benchmarks.md, "The fold keeps the lock (wave 11)")."""
+    wide = vec.astype(np.float64)
+    norm = math.sqrt(float(np.vdot(wide, wide)))
     return 1.0 / norm if norm > 0 and math.isfinite(norm) else 0.0
 
 
