@@ -111,6 +111,68 @@ def test_drop_stale_sidecars_keeps_only_the_last_snapshots(tmp_path: Path) -> No
     assert b"secret" not in store.blob_path(last).read_bytes()
 
 
+def refuse_to_read_the_checkpoint(monkeypatch: pytest.MonkeyPatch, store: SnapshotStore) -> None:
+    def refuse(name: str) -> None:
+        raise AssertionError(f"read {name}.snap back (at 1M memories, ~0.14 GB of rows parsed)")
+
+    monkeypatch.setattr(store, "load", refuse)
+
+
+def test_a_checkpoint_after_a_saved_one_does_not_read_it_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SnapshotStore(tmp_path)
+    live = fold(stored(1, "first row"), proj=LexicalProjection(store))
+    first = checkpointed(store, live)["blob"]
+    live.drop_stale_sidecars()  # as the runner does once the checkpoint is saved
+    refuse_to_read_the_checkpoint(monkeypatch, store)
+    fold(stored(2, "second row"), proj=live)
+    second = live.to_snapshot()["blob"]
+    fold(stored(3, "third row"), proj=live)
+    third = live.to_snapshot()["blob"]
+    assert first in store.blob_names("lexical-")  # what the checkpoint on disk names
+    assert third in store.blob_names("lexical-")
+    assert store.blob_names("lexical-") == sorted({first, second, third})  # the previous kept (below)
+    fold(stored(4, "fourth row"), proj=live)
+    fourth = live.to_snapshot()["blob"]
+    assert store.blob_names("lexical-") == sorted([first, third, fourth])  # second: never saved
+
+
+def test_a_restored_checkpoint_is_not_read_back_for_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SnapshotStore(tmp_path)
+    live = fold(stored(1, "first row"), proj=LexicalProjection(store))
+    first = checkpointed(store, live)["blob"]
+    restored = LexicalProjection(store)
+    body = store.load("lexical")
+    assert body is not None
+    restored.load_snapshot(body["state"])
+    refuse_to_read_the_checkpoint(monkeypatch, store)
+    fold(stored(2, "second row"), proj=restored)
+    second = restored.to_snapshot()["blob"]
+    assert store.blob_names("lexical-") == sorted([first, second])
+    restored.drop_stale_sidecars()
+    assert store.blob_names("lexical-") == [second]
+
+
+def test_a_save_not_confirmed_keeps_the_sidecar_it_may_have_left_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SnapshotStore(tmp_path)
+    live = fold(stored(1, "first row"), proj=LexicalProjection(store))
+    checkpointed(store, live)
+    live.drop_stale_sidecars()
+    fold(stored(2, "second row"), proj=live)
+    second = checkpointed(store, live)["blob"]  # renamed into place, then the save raised: no confirmation
+    fold(stored(3, "third row"), proj=live)
+    live.to_snapshot()
+    assert second in store.blob_names("lexical-")
+    restored = LexicalProjection(store)
+    body = store.load("lexical")
+    assert body is not None and body["state"]["blob"] == second
+    expected = answers(fold(stored(1, "first row"), stored(2, "second row")))
+    no_analysis(monkeypatch)
+    restored.load_snapshot(body["state"])  # the sidecar it names is there: nothing analysed again
+    assert answers(restored) == expected
+
+
 def test_the_next_checkpoint_of_the_same_rows_replaces_a_format_1_sidecar(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path)
     live = fold(*sample_events())
