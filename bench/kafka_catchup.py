@@ -417,8 +417,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 async def ab_async(args: argparse.Namespace) -> dict[str, Any]:
     """``--ab TREE``: one worker gaining every partition and folding it from 0, this checkout's
     code against TREE's (another checkout, e.g. a `git worktree` of the commit before a change),
-    alternating the order by round on one topic; then, on the same partitions, the in-process
-    fold and `rebuild --kafka --jobs 1` (its CPU too), and `--jobs 2` (``args.rounds`` pairs)."""
+    alternating the order by round on one topic, `rebuild --kafka --jobs 1` (its CPU too) between
+    the two and `--jobs 2` after them in each round; then, on the same partitions, the in-process
+    fold."""
     from memstream.api.services.settings import load_settings
     from memstream.streams.log.kafka import KafkaConfig, delete_topics_with_prefix
 
@@ -437,19 +438,29 @@ async def ab_async(args: argparse.Namespace) -> dict[str, Any]:
         ends = await fill(cfg, args.events, args.dim)
         everything = sorted(ends)
         rounds = []
+        jobs: list[dict[str, Any]] = []
         worker_digests: list[dict[str, Any]] = []
         for r in range(args.rounds):
-            row = {}
-            for kind in ("before", "after") if r % 2 == 0 else ("after", "before"):
-                data = Path(tempfile.mkdtemp(prefix=f"memstream-ab-{kind}-"))
-                w = Worker(kind, kafka_args, data, 0, code if kind == "before" else None)
+            # `--jobs 1` runs between the two workers, so "÷ --jobs 1" pairs figures taken
+            # seconds apart: on a shared host the same replay's rate moved ±30% over minutes
+            # (docs/benchmarks.md, "The fold keeps the lock (wave 11)").
+            row: dict[str, Any] = {}
+            replays: dict[str, Any] = {}
+            for step in ("before", "jobs_1", "after") if r % 2 == 0 else ("after", "jobs_1", "before"):
+                if step == "jobs_1":
+                    replays[step] = await rebuild(cfg, everything, 1)
+                    continue
+                data = Path(tempfile.mkdtemp(prefix=f"memstream-ab-{step}-"))
+                w = Worker(step, kafka_args, data, 0, code if step == "before" else None)
                 try:
-                    row[kind] = w.watch(ends, len(everything))
+                    row[step] = w.watch(ends, len(everything))
                     worker_digests.append(digests(w.port))  # after the catch-up's timing
                 finally:
                     w.stop()
                     shutil.rmtree(data, ignore_errors=True)
+            replays["jobs_2"] = await rebuild(cfg, everything, 2)
             rounds.append(row)
+            jobs.append(replays)
             print(json.dumps({k: {f: v.get(f) for f in AB_FIELDS} for k, v in row.items()}), flush=True)
         report["catch_up_rounds"] = rounds
         options = load_settings().read_model_options
@@ -457,9 +468,6 @@ async def ab_async(args: argparse.Namespace) -> dict[str, Any]:
         report["raw_read"] = raw | {"loadavg": load()}
         report["fold_in_process"] = fold_in_process(records, options) | {"loadavg": load()}
         del records
-        jobs = []
-        for r in range(args.rounds):
-            jobs.append({f"jobs_{j}": await rebuild(cfg, everything, j) for j in ((1, 2) if r % 2 == 0 else (2, 1))})
         replayed = [x.pop("digests") for row in jobs for x in row.values()]
         # Every worker's read models (both codes, every round) against every replay's.
         report["digests_equal_to_rebuild"] = all(d == replayed[0] for d in replayed + worker_digests)
