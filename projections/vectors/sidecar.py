@@ -15,7 +15,7 @@ import orjson
 from memstream.projections.vectors.agent import Agent
 from memstream.projections.vectors.graph import usearch_index
 from memstream.projections.vectors.segment import CHUNK, Segment
-from memstream.projections.vectors.spill import release
+from memstream.projections.vectors.spill import page_out, release
 from memstream.streams.snapshots import BLOB_PAYLOAD_AT, SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,10 @@ def layout(agents: dict[str, Agent], content_hash: str) -> tuple[dict[str, Any],
                     rows = min(CHUNK, m - c * CHUNK)
                     if rows > 0:
                         yield chunk[:rows]
-                        # Written: a spilled chunk's pages the write read leave the process again.
-                        release(chunk)
+                        # Written: the pages the write read leave the process again, a spilled
+                        # chunk's whole, a loaded sidecar's (the rows a restart mapped) by range.
+                        if not release(chunk):
+                            page_out(chunk)
 
             entry["segments"].append(
                 {

@@ -15,8 +15,12 @@ from __future__ import annotations
 import mmap
 import tempfile
 from pathlib import Path
+from typing import Final
 
 import numpy as np
+
+# Linux 5.4+ (Python 3.11's mmap module does not name it): reclaim the range's pages now.
+MADV_PAGEOUT: Final = getattr(mmap, "MADV_PAGEOUT", 21)
 
 
 class _Spilled(mmap.mmap):
@@ -39,14 +43,20 @@ class Spill:
         return np.frombuffer(m, dtype=np.float32).reshape(rows, dim)
 
 
-def spilled(arr: np.ndarray) -> mmap.mmap | None:
-    """The spill map under ``arr`` (a chunk or a view of one), or None."""
+def _map_under(arr: np.ndarray) -> mmap.mmap | None:
+    """The memory map ``arr``'s data lies in (through views and memoryviews), or None."""
     base: object = arr
     while isinstance(base, np.ndarray):
         base = base.base
     if isinstance(base, memoryview):
         base = base.obj
-    return base if isinstance(base, _Spilled) else None
+    return base if isinstance(base, mmap.mmap) else None
+
+
+def spilled(arr: np.ndarray) -> mmap.mmap | None:
+    """The spill map under ``arr`` (a chunk or a view of one), or None."""
+    m = _map_under(arr)
+    return m if isinstance(m, _Spilled) else None
 
 
 def release(arr: np.ndarray) -> bool:
@@ -57,4 +67,27 @@ def release(arr: np.ndarray) -> bool:
     if m is None or not hasattr(mmap, "MADV_DONTNEED"):
         return False
     m.madvise(mmap.MADV_DONTNEED)
+    return True
+
+
+def page_out(arr: np.ndarray) -> bool:
+    """Hand back to the kernel the pages of a memory map under ``arr`` (its own range, whole
+    pages only), as a checkpoint writes the rows of a loaded sidecar: reading them for the write
+    made all 1.5 GB resident at a million rows (docs/benchmarks.md, "A running server's
+    checkpoint (wave 11)"). Unlike ``release``, safe on a sidecar's copy-on-write map: a page
+    the fold changed is the process's own and is only paged out to swap, never dropped, and a
+    page left as the file's comes back from the file when read. False when ``arr`` is not over a
+    map or the kernel refuses (before 5.4)."""
+    m = _map_under(arr)
+    if m is None or not arr.flags.c_contiguous or arr.nbytes == 0:
+        return False
+    start = arr.ctypes.data - np.frombuffer(m, dtype=np.uint8, count=1).ctypes.data
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = (start + arr.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if end <= first:
+        return False
+    try:
+        m.madvise(MADV_PAGEOUT, first, end - first)
+    except OSError:
+        return False
     return True

@@ -4,17 +4,22 @@ to a sidecar; the rows, the hash, the sidecar and the answers are those of anony
 
 from __future__ import annotations
 
+import mmap
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from memstream.projections.vectors import VectorProjection
 from memstream.projections.vectors.segment import CHUNK
-from memstream.projections.vectors.spill import Spill, release, spilled
+from memstream.projections.vectors.spill import Spill, page_out, release, spilled
 from memstream.streams.snapshots import SnapshotStore
-from tests.support.vector_events import DIM, A, store
+from tests.support.vector_events import DIM, A, store, unit, update
+from tests.system.test_vectors_snapshots import mapped_rss_kb as mapped_kb
 
 ROWS = CHUNK + CHUNK // 2  # one full chunk and a partial one
 
@@ -103,3 +108,65 @@ def test_release_leaves_anonymous_and_sidecar_arrays_alone(tmp_path: Path) -> No
     chunk[:] = 2.0
     assert release(chunk[:10])  # a view releases its whole chunk; the bytes stay the file's
     assert mapping_of(chunk)[1] == 0 and float(chunk.sum()) == 2.0 * CHUNK * DIM
+
+
+def test_page_out_hands_back_a_sidecar_maps_pages_and_keeps_its_changed_rows(tmp_path: Path) -> None:
+    path = tmp_path / "rows.bin"
+    rows = np.arange(CHUNK * DIM, dtype=np.float32).reshape(CHUNK, DIM)
+    with path.open("wb") as f:
+        f.write(rows.tobytes())
+        os.fsync(f.fileno())  # as save_blob leaves a sidecar: clean pages, which reclaim can take
+    with path.open("rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # as map_blob maps a sidecar
+    mapped = np.frombuffer(m, dtype=np.float32).reshape(CHUNK, DIM)
+    assert float(mapped.sum()) == float(rows.sum())  # every page read: resident
+    mapped[100] = -1.0  # a row the fold changed: the process's own page now
+    assert mapping_of(mapped)[1] * 1024 >= mapped.nbytes
+    assert page_out(mapped)
+    assert mapping_of(mapped)[1] * 1024 < mapped.nbytes // 4  # the file's pages left the process
+    assert np.all(mapped[100] == -1.0)  # the changed row survived (DONTNEED would have lost it)
+    assert np.array_equal(np.delete(mapped, 100, axis=0), np.delete(rows, 100, axis=0))
+    assert not page_out(np.ones((4, DIM), np.float32))  # anonymous memory: nothing to do
+
+
+def test_a_checkpoint_hands_back_the_loaded_sidecars_pages_as_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server restored from a checkpoint has its vectors mapped from the sidecar; the next
+    checkpoint reads every row to write the new sidecar, and must not keep them all resident
+    (at a million rows, 1.5 GB on top of the server: wave 11)."""
+    snaps = SnapshotStore(tmp_path)
+    wide, n = 256, 3 * CHUNK
+    live = VectorProjection(snaps, hnsw=False)
+    for i in range(n):
+        live.apply(i, store(i + 1, unit(i, wide)))
+    body = live.to_snapshot()
+    del live
+    restored = VectorProjection(snaps, hnsw=False)
+    restored.load_snapshot(body)
+    old = snaps.blob_path(body["blob"])
+    restored.apply(n, store(n + 1, unit(n, wide)))
+    restored.apply(n + 1, update(5, -unit(4, wide)))  # changes a mapped row: a private page
+    resident: list[int] = []
+    save_blob = SnapshotStore.save_blob
+
+    def watched(self: SnapshotStore, name: str, data: Any) -> str:
+        def parts() -> Iterator[Any]:
+            for part in data:
+                yield part
+                resident.append(mapped_kb(old))
+
+        return save_blob(self, name, parts())
+
+    monkeypatch.setattr(SnapshotStore, "save_blob", watched)
+    second = restored.to_snapshot()
+    monkeypatch.undo()
+    vectors_kb = n * wide * 4 // 1024
+    assert resident and max(resident) < vectors_kb // 2  # all of it, before page_out
+    again = VectorProjection(snaps, hnsw=False)
+    again.load_snapshot(second)
+    changed = -unit(4, wide)
+    hits = again.search(A, changed, 3, window=n + 1)
+    assert hits == restored.search(A, changed, 3, window=n + 1)
+    assert hits[0][0] == ("mem:5", pytest.approx(1.0))  # the changed row, written as changed
+    assert next(iter(again._agents["a"].segs.values())).n == n + 1
