@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from sys import intern
 from typing import Any, Final
 
+import numpy as np
 import orjson
 
 from memstream.projections.lexical import sidecar
@@ -18,6 +19,7 @@ from memstream.projections.lexical.keyword import keyword
 from memstream.projections.lexical.text import keyword_terms, query_tokens
 from memstream.projections.scope import ScopeFilter
 from memstream.projections.vectors.sidecar import release_pages
+from memstream.projections.vectors.spill import page_out
 from memstream.streams.decision.whole_agent import names_every_record
 from memstream.streams.snapshots import SnapshotStore
 
@@ -52,6 +54,7 @@ class LexicalProjection:
         # then it is read from the file, which at 1M memories means parsing ~0.14 GB of rows.
         self._on_disk: str | None = None
         self._on_disk_known = False
+        self._mapped: memoryview | None = None  # the loaded sidecar the packed postings are views of
 
     def _agent(self, agent_id: str) -> AgentIndex:
         idx = self.agents.get(agent_id)
@@ -188,6 +191,8 @@ class LexicalProjection:
         name = f"{self.name}-{rows_hash}"
         if self.blobs is not None and not self.blobs.blob_path(name).exists():
             sidecar.write(self.blobs, name, self.agents, rows_hash)
+            if self._mapped is not None:  # the write read all of it: its clean pages go back
+                page_out(np.frombuffer(self._mapped, dtype=np.uint8))
             keep = {name, *self._maybe_on_disk()}
             for old in self.blobs.blob_names(f"{self.name}-"):
                 if old not in keep:
@@ -249,6 +254,7 @@ class LexicalProjection:
         if version not in LOADS:
             raise ValueError(f"lexical snapshot version {version!r}, expected one of {sorted(LOADS)}")
         self.agents = {}
+        self._mapped = None
         rows_by_agent: dict[str, list[list[Any]]] = body["agents"]
         self._on_disk, self._on_disk_known = body.get("blob"), True
         if version == SNAPSHOT_VERSION and self.blobs is not None:
@@ -258,6 +264,7 @@ class LexicalProjection:
                 try:
                     self.agents = sidecar.read(mv, name.removeprefix(f"{self.name}-"), rows_by_agent)
                     self._blob = name  # the one to keep when a restore drops stale sidecars
+                    self._mapped = mv
                     release_pages(mv)  # the checksum read every page; queries read back the few they need
                     return
                 except (ValueError, KeyError, TypeError, IndexError, struct.error, orjson.JSONDecodeError) as exc:
