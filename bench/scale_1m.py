@@ -7,6 +7,7 @@ them: SQLite's sequential read of the log, usearch's own add rate on the same ve
     python bench/scale_1m.py --data /tmp/scale-1m/n1000000                 # every phase
     python bench/scale_1m.py --data D --phases restart --code before=/tmp/old --code after=/tmp/new
     python bench/scale_1m.py --data D --phases f16        # what float16 vectors would change
+    python bench/scale_1m.py --data D --phases checkpoint --code before=B --code after=A  # a periodic checkpoint
 
 ``--code NAME=DIR`` (repeatable) runs the server with another checkout's ``memstream`` package
 (a directory holding it, as bench/restart.py's ``--before-code``); two or more variants each on
@@ -88,6 +89,68 @@ def serve_once(data: Path, code: Path | None, deadline_s: float) -> dict[str, An
         proc.send_signal(signal.SIGTERM)  # a clean stop writes the checkpoints again
         proc.wait(timeout=1800)
         out["stop_s"] = round(time.perf_counter() - stop, 2)
+    return out
+
+
+def checkpoint_once(data: Path, code: Path | None, deadline_s: float, stores: int) -> dict[str, Any]:
+    """A running server's periodic checkpoint: ``memstream serve`` on ``data`` with
+    ``MEMSTREAM_SNAPSHOT_EVERY=stores``; after /health and a first recall its peak RSS is reset,
+    then ``stores`` new memories (the default embedder's vectors) make it checkpoint every read
+    model once, as a server at 1M does every 100k events, in the next read's fold. The peak is
+    that checkpoint's (the stores themselves hold little), and that read waits for it."""
+    port = restart_bench.free_port()
+    marker = data / "snapshots" / "lexical.snap"
+    before_mtime = marker.stat().st_mtime_ns
+    env = restart_bench.clean_env(code) | {"MEMSTREAM_SNAPSHOT_EVERY": str(stores)}
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [restart_bench.MEMSTREAM, "serve", "--data-dir", str(data), "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pid = proc.pid
+    out: dict[str, Any] = {}
+    try:
+        restart_bench.wait_for_health(proc, port, started, deadline_s, poll_s=0.05)
+        ask = {"agent_id": AGENT, "query": QUERY, "limit": 10}
+        post_json(f"http://127.0.0.1:{port}/v1/tools/recall", ask, 600)
+        out.update({f"before_{k}": v for k, v in restart_bench.rss(pid).items()})
+        out["start_peak_rss_mb"] = restart_bench.status_kb(pid, "VmHWM") // 1024
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM from here on
+        cpu0 = restart_bench.cpu_s(pid)
+        latencies = []
+        run = time.time_ns()  # new contents every run: a store of a text already held adds no event
+        for i in range(stores):
+            t0 = time.perf_counter()
+            body = {"agent_id": AGENT, "content": f"a new memory {i} of run {run}, about harbours and boats"}
+            post_json(f"http://127.0.0.1:{port}/v1/tools/store", body, deadline_s)
+            latencies.append(time.perf_counter() - t0)
+        # Read models fold before a read: this recall folds the stores and, their count reaching
+        # the setting, checkpoints every read model before it answers.
+        t0 = time.perf_counter()
+        post_json(f"http://127.0.0.1:{port}/v1/tools/recall", ask, deadline_s)
+        out["recall_that_checkpoints_s"] = round(time.perf_counter() - t0, 2)
+        deadline = time.monotonic() + deadline_s
+        while marker.stat().st_mtime_ns == before_mtime:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no checkpoint of {data} after {stores} stores")
+            time.sleep(0.1)
+        cpu = restart_bench.cpu_s(pid)
+        while True:  # the other read models' saves: until the process is idle
+            time.sleep(0.5)
+            cpu, last = restart_bench.cpu_s(pid), cpu
+            if cpu - last < 0.05:
+                break
+        out["checkpoint_cpu_s"] = round(restart_bench.cpu_s(pid) - cpu0, 2)
+        out["slowest_store_s"] = round(max(latencies), 2)
+        out["median_store_s"] = round(sorted(latencies)[len(latencies) // 2], 3)
+        out.update({f"after_{k}": v for k, v in restart_bench.rss(pid).items()})
+        out["checkpoint_peak_rss_mb"] = restart_bench.status_kb(pid, "VmHWM") // 1024
+        out["peak_over_before_mb"] = out["checkpoint_peak_rss_mb"] - out["before_rss_mb"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=1800)
     return out
 
 
@@ -191,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="a filled, checkpointed data directory")
     ap.add_argument(
-        "--phases", default="cold,restart,components,limits", help="and f16; limits = logread + usearch"
+        "--phases",
+        default="cold,restart,components,limits",
+        help="and checkpoint (a running server's periodic one), f16; limits = logread + usearch",
     )
     ap.add_argument("--runs", type=int, default=2, help="restarts per variant (cold starts: one each)")
     ap.add_argument("--code", action="append", default=[], help="NAME=DIR: a variant's memstream package")
@@ -206,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep the checkpoints a cold start's stop writes (a directory filled without any)",
     )
+    ap.add_argument("--checkpoint-stores", type=int, default=64, help="the checkpoint phase's stores")
     ap.add_argument("--usearch-rows", type=int, default=200_000)
     ap.add_argument("--deadline", type=float, default=1800, help="seconds a start may take")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scale_1m.json")
@@ -264,6 +330,15 @@ def main(argv: list[str] | None = None) -> int:
             for name, vdata, code in variants:
                 got = {"variant": name, "run": i, "load": round(os.getloadavg()[0], 2)}
                 got.update(serve_once(vdata, code, args.deadline))
+                log(json.dumps(got))
+                runs.append(got)
+                save()
+    if "checkpoint" in phases:
+        runs = report["checkpoints"] = []
+        for i in range(args.runs):
+            for name, vdata, code in variants if i % 2 == 0 else variants[::-1]:
+                got = {"variant": name, "run": i, "load": round(os.getloadavg()[0], 2)}
+                got.update(checkpoint_once(vdata, code, args.deadline, args.checkpoint_stores))
                 log(json.dumps(got))
                 runs.append(got)
                 save()
