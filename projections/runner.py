@@ -258,20 +258,38 @@ class ProjectionRunner:
                 drop_stale()
         self._since_checkpoint = 0
 
-    def catch_up(self, stop: int | None = None, progress: ProgressFn | None = None, batch: int = 5_000) -> int:
-        """Apply every event up to ``stop`` (default: the log's end); returns how many."""
+    def catch_up(
+        self,
+        stop: int | None = None,
+        progress: ProgressFn | None = None,
+        batch: int = 5_000,
+        *,
+        checkpoint: bool = True,
+    ) -> int:
+        """Apply every event up to ``stop`` (default: the log's end); returns how many. Then
+        checkpoint if one is due, unless ``checkpoint`` is False: the caller runs
+        ``checkpoint_if_due`` later (a read answers first, api/services/engine.py)."""
         end = self.log.end_offset() if stop is None else stop
         pos = self.offset + 1
         with bulk_fold(end - pos):
             applied = self._fold(pos, end, progress, batch)
         self._since_checkpoint += applied
-        if self._since_checkpoint >= self.checkpoint_every:
-            try:
-                self.checkpoint()
-            except OSError as exc:  # a checkpoint is a shortcut: without one a start replays more
-                log.warning("could not checkpoint the read models (%s); will retry later", exc)
-                self._since_checkpoint = 0  # next try after another checkpoint_every events
+        if checkpoint:
+            self.checkpoint_if_due()
         return applied
+
+    @property
+    def checkpoint_due(self) -> bool:
+        return self.snapshots is not None and self._since_checkpoint >= self.checkpoint_every
+
+    def checkpoint_if_due(self) -> None:
+        if not self.checkpoint_due:
+            return
+        try:
+            self.checkpoint()
+        except OSError as exc:  # a checkpoint is a shortcut: without one a start replays more
+            log.warning("could not checkpoint the read models (%s); will retry later", exc)
+            self._since_checkpoint = 0  # next try after another checkpoint_every events
 
     def _fold(self, pos: int, end: int, progress: ProgressFn | None, batch: int) -> int:
         applied = 0

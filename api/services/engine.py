@@ -9,6 +9,7 @@ that write (R12) without any coordination between processes beyond the log itsel
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -81,6 +82,7 @@ class EmbeddedEngine(NamedModels):
         self.embedders = Embedders(settings, embedder, embedders)
         self.point_in_time = PointInTime(self, lambda: read_models(None, settings.read_model_options))
         self._read_lock = asyncio.Lock()
+        self._checkpointing: asyncio.Task[None] | None = None  # a due checkpoint after a read
         self.jobs: dict[str, ReembedJob] = {}  # background admin jobs by kind (see api/tools/admin.py)
         self.metrics = Metrics()  # served at GET /metrics (api/services/metrics.py)
         self.metrics.bind(self)
@@ -130,14 +132,14 @@ class EmbeddedEngine(NamedModels):
         freeze_long_lived()
         return restored
 
-    def fold(self, kind: str, runner: ProjectionRunner, stop: int | None = None) -> int:
+    def fold(self, kind: str, runner: ProjectionRunner, stop: int | None = None, *, checkpoint: bool = True) -> int:
         """``runner.catch_up(stop)`` (possibly long: start-up, a big tail, a point-in-time
         replay) with its progress in the metrics (``memstream_fold_events_*``)."""
         end = self.log.end_offset() if stop is None else stop
         progress = self.metrics.fold
         progress.start(kind, runner.offset + 1, end)
         try:
-            return runner.catch_up(end, progress=progress.update)
+            return runner.catch_up(end, progress=progress.update, checkpoint=checkpoint)
         finally:
             progress.finish()
 
@@ -152,6 +154,8 @@ class EmbeddedEngine(NamedModels):
                 task.cancel()  # resumable by design: what it appended stays, the rest is redone
                 await asyncio.gather(task, return_exceptions=True)
         await self.bus.close()
+        if self._checkpointing is not None:
+            await asyncio.gather(self._checkpointing, return_exceptions=True)
         try:
             self.runner.catch_up()
             self.runner.checkpoint()
@@ -276,10 +280,25 @@ class EmbeddedEngine(NamedModels):
             end = self.log.end_offset()
             lag = end - 1 - self.runner.offset
             if 0 < lag < 2_000:
-                self.runner.catch_up(end)
+                self.runner.catch_up(end, checkpoint=False)
             elif lag > 0:
-                await asyncio.get_running_loop().run_in_executor(None, self.fold, "catch-up", self.runner, end)
-            return query()
+                fold = functools.partial(self.fold, "catch-up", self.runner, end, checkpoint=False)
+                await asyncio.get_running_loop().run_in_executor(None, fold)
+            answer = query()
+        if self.runner.checkpoint_due and self._checkpointing is None:
+            self._checkpointing = asyncio.create_task(self._checkpoint(), name="memstream-checkpoint")
+        return answer
+
+    async def _checkpoint(self) -> None:
+        """A due checkpoint, after the read whose fold made it due has answered: on a worker
+        thread, so the event loop (writes, /health) goes on, while reads wait for the lock. At 1M
+        memories one takes 10-20 s, which the read used to wait for with the loop blocked
+        (docs/benchmarks.md, "A running server's checkpoint (wave 11)")."""
+        try:
+            async with self._read_lock:
+                await asyncio.get_running_loop().run_in_executor(None, self.runner.checkpoint_if_due)
+        finally:
+            self._checkpointing = None
 
 
 def _offers_the_surface(engine: EmbeddedEngine) -> ports.Engine:

@@ -39,5 +39,8 @@ class EmbeddedHealth:
     def events_since_checkpoint(self) -> int:
         return self.runner.events_since_checkpoint
 
+    def checkpoint_pending(self) -> bool:
+        return self.runner.checkpoint_due
+
     def integrity(self) -> str:
         return str(self.log.connection().execute("PRAGMA quick_check").fetchone()[0])

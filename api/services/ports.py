@@ -155,6 +155,10 @@ class HealthProbe(Protocol):
 
     def events_since_checkpoint(self) -> int: ...
 
+    def checkpoint_pending(self) -> bool:
+        """A checkpoint is due and about to be written (after the read that made it due)."""
+        ...
+
     def integrity(self) -> str:
         """The log's integrity check verdict ("ok" when sound)."""
         ...

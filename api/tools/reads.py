@@ -356,11 +356,12 @@ DEFAULT_CHECKS = ["log_readable", "log_writable", "projection_lag", "checkpoints
 def _checkpoint_issues(health: HealthProbe, every: int, end: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Checkpoints (snapshots) are an optimisation: a missing one costs a replay at start-up,
     never correctness. Missing ones on a log past one checkpoint interval, or folds that have
-    gone two intervals without one (writes failing: disk full, permissions), are warnings."""
+    gone two intervals without one (writes failing: disk full, permissions), are warnings; not
+    while the first one is being written (a read answers before the checkpoint it made due)."""
     seen = health.checkpoint_ages()
     missing = [name for name, age in seen.items() if age is None]
     issues: list[dict[str, Any]] = []
-    if missing and end >= every:
+    if missing and end >= every and not health.checkpoint_pending():
         issues.append(
             {
                 "check": "checkpoints",
