@@ -59,17 +59,23 @@ def post_json(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         return out
 
 
-def serve_once(data: Path, code: Path | None, deadline_s: float) -> dict[str, Any]:
-    """Start ``memstream serve`` on ``data``: seconds to /health 200 and to a first recall's
-    answer (its query embedded by the default embedder), CPU seconds and RSS at each; then stop it."""
+def start_server(data: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int, float]:
+    """``memstream serve`` on ``data`` at a free port: the process, the port, when it started."""
     port = restart_bench.free_port()
     started = time.perf_counter()
     proc = subprocess.Popen(
         [restart_bench.MEMSTREAM, "serve", "--data-dir", str(data), "--port", str(port)],
-        env=restart_bench.clean_env(code),
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    return proc, port, started
+
+
+def serve_once(data: Path, code: Path | None, deadline_s: float) -> dict[str, Any]:
+    """Start ``memstream serve`` on ``data``: seconds to /health 200 and to a first recall's
+    answer (its query embedded by the default embedder), CPU seconds and RSS at each; then stop it."""
+    proc, port, started = start_server(data, restart_bench.clean_env(code))
     pid = proc.pid
     out: dict[str, Any] = {}
     try:
@@ -97,18 +103,12 @@ def checkpoint_once(data: Path, code: Path | None, deadline_s: float, stores: in
     ``MEMSTREAM_SNAPSHOT_EVERY=stores``; after /health and a first recall its peak RSS is reset,
     then ``stores`` new memories (the default embedder's vectors) make it checkpoint every read
     model once, as a server at 1M does every 100k events, in the next read's fold. The peak is
-    that checkpoint's (the stores themselves hold little), and that read waits for it."""
-    port = restart_bench.free_port()
+    that checkpoint's (the stores themselves hold little). Before 873ff37 that read waited for
+    it; since, the read after it does."""
     marker = data / "snapshots" / "lexical.snap"
     before_mtime = marker.stat().st_mtime_ns
     env = restart_bench.clean_env(code) | {"MEMSTREAM_SNAPSHOT_EVERY": str(stores)}
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [restart_bench.MEMSTREAM, "serve", "--data-dir", str(data), "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc, port, started = start_server(data, env)
     pid = proc.pid
     out: dict[str, Any] = {}
     try:
@@ -131,6 +131,15 @@ def checkpoint_once(data: Path, code: Path | None, deadline_s: float, stores: in
         t0 = time.perf_counter()
         post_json(f"http://127.0.0.1:{port}/v1/tools/recall", ask, deadline_s)
         out["recall_that_checkpoints_s"] = round(time.perf_counter() - t0, 2)
+        # Since 873ff37 the checkpoint runs after that recall's answer: a store now goes through
+        # beside it, and the next read waits for it. Before, both came after it.
+        t0 = time.perf_counter()
+        body = {"agent_id": AGENT, "content": f"a memory stored just after the checkpointing read, run {run}"}
+        post_json(f"http://127.0.0.1:{port}/v1/tools/store", body, deadline_s)
+        out["next_store_s"] = round(time.perf_counter() - t0, 2)
+        t0 = time.perf_counter()
+        post_json(f"http://127.0.0.1:{port}/v1/tools/recall", ask, deadline_s)
+        out["next_recall_s"] = round(time.perf_counter() - t0, 2)
         deadline = time.monotonic() + deadline_s
         while marker.stat().st_mtime_ns == before_mtime:
             if time.monotonic() > deadline:

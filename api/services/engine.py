@@ -153,9 +153,9 @@ class EmbeddedEngine(NamedModels):
             if task is not None and not task.done():
                 task.cancel()  # resumable by design: what it appended stays, the rest is redone
                 await asyncio.gather(task, return_exceptions=True)
-        await self.bus.close()
-        if self._checkpointing is not None:
+        if self._checkpointing is not None:  # before the bus closes the thread it runs on
             await asyncio.gather(self._checkpointing, return_exceptions=True)
+        await self.bus.close()
         try:
             self.runner.catch_up()
             self.runner.checkpoint()
@@ -290,13 +290,15 @@ class EmbeddedEngine(NamedModels):
         return answer
 
     async def _checkpoint(self) -> None:
-        """A due checkpoint, after the read whose fold made it due has answered: on a worker
+        """A due checkpoint, after the read whose fold made it due has answered: on the snapshot
         thread, so the event loop (writes, /health) goes on, while reads wait for the lock. At 1M
         memories one takes 10-20 s, which the read used to wait for with the loop blocked
         (docs/benchmarks.md, "A running server's checkpoint (wave 11)")."""
         try:
             async with self._read_lock:
-                await asyncio.get_running_loop().run_in_executor(None, self.runner.checkpoint_if_due)
+                await self.bus.on_snapshot_thread(self.runner.checkpoint_if_due)
+        except Exception:  # a checkpoint is a shortcut: the next one is tried after more events
+            log.exception("the read models' checkpoint failed")
         finally:
             self._checkpointing = None
 

@@ -241,6 +241,12 @@ class EmbeddedCommandBus:
         if state is not None:
             await loop.run_in_executor(self._snapshotter, _save, snapshots, state)
 
+    async def on_snapshot_thread(self, work: Callable[[], None]) -> None:
+        """Run ``work`` (the read models' checkpoint) on the thread that writes decision
+        snapshots, after any being written: the process's checkpoints go one at a time, so
+        their peaks do not add (at 1M memories they overlapped and met within 13 MB of 3 GB)."""
+        await asyncio.get_running_loop().run_in_executor(self._snapshotter, work)
+
     # -- the port ---------------------------------------------------------------------------
 
     async def submit(self, command: Command) -> Committed:
@@ -395,7 +401,10 @@ def _save(snapshots: SnapshotStore, state: DecisionState) -> None:
 
 
 def _write_snapshot(snapshots: SnapshotStore, state: DecisionState) -> None:
+    """A periodic snapshot, on the snapshot thread: nobody waits for its outcome, so it is logged."""
     try:
         _save(snapshots, state)
     except OSError as exc:  # a missing snapshot costs replay time, never correctness
         log.warning("could not write the decision snapshot: %s", exc)
+    except Exception:
+        log.exception("the decision snapshot failed")
