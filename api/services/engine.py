@@ -295,6 +295,9 @@ class EmbeddedEngine(NamedModels):
         memories one takes 10-20 s, which the read used to wait for with the loop blocked
         (docs/benchmarks.md, "A running server's checkpoint (wave 11)")."""
         try:
+            # A decision snapshot being written on that thread is waited for outside the lock:
+            # reads go on meanwhile (the two are often due together, every snapshot_every events).
+            await self.bus.on_snapshot_thread(lambda: None)
             async with self._read_lock:
                 await self.bus.on_snapshot_thread(self.runner.checkpoint_if_due)
         except Exception:  # a checkpoint is a shortcut: the next one is tried after more events
