@@ -289,6 +289,13 @@ class EmbeddedEngine(NamedModels):
             self._checkpointing = asyncio.create_task(self._checkpoint(), name="memstream-checkpoint")
         return answer
 
+    async def checkpoints_written(self) -> None:
+        """Wait until the checkpoints under way (the read models' after a read, the decision
+        state's beside the writer) are written or have failed."""
+        if self._checkpointing is not None:
+            await asyncio.gather(self._checkpointing, return_exceptions=True)
+        await self.bus.on_snapshot_thread(lambda: None)  # one thread, in order: all before it are done
+
     async def _checkpoint(self) -> None:
         """A due checkpoint, after the read whose fold made it due has answered: on the snapshot
         thread, so the event loop (writes, /health) goes on, while reads wait for the lock. At 1M

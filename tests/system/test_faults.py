@@ -378,6 +378,7 @@ def test_full_disk_while_checkpointing_keeps_serving(
                 assert code is None, body
                 body, code = await run_tool(engine, CALLER, "recall", {"agent_id": "s", "query": f"snap {i}"})
                 assert code is None, body
+            await engine.checkpoints_written()  # written beside the reads and the writer: done (failed)
             assert not list(settings.snapshot_dir.glob(".*.tmp")), "a failed checkpoint left a temporary file"
             full["on"] = False
         finally:
