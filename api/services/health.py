@@ -40,7 +40,7 @@ class EmbeddedHealth:
         return self.runner.events_since_checkpoint
 
     def checkpoint_pending(self) -> bool:
-        return self.runner.checkpoint_due
+        return self.runner.checkpoint_due or self.bus.snapshot_pending
 
     def integrity(self) -> str:
         return str(self.log.connection().execute("PRAGMA quick_check").fetchone()[0])

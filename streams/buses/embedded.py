@@ -241,6 +241,11 @@ class EmbeddedCommandBus:
         if state is not None:
             await loop.run_in_executor(self._snapshotter, _save, snapshots, state)
 
+    @property
+    def snapshot_pending(self) -> bool:
+        """A periodic decision snapshot is being written beside the writer."""
+        return self._saving is not None and not self._saving.done()
+
     async def on_snapshot_thread(self, work: Callable[[], None]) -> None:
         """Run ``work`` (the read models' checkpoint) on the thread that writes decision
         snapshots, after any being written: the process's checkpoints go one at a time, so
