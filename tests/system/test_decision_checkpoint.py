@@ -5,9 +5,7 @@ restarted after a cold start folded the whole log again (58 CPU s instead of 26)
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,9 +14,9 @@ from memstream.api.services.settings import Settings, load_settings
 from memstream.api.tools.dispatch import run_tool
 from memstream.api.tools.registry import Caller
 from memstream.streams.buses.embedded import DECISION_SNAPSHOT
-from memstream.streams.decision.state import DecisionState
 from memstream.streams.snapshots import SnapshotStore
 from tests.support.embedders import HashEmbedder
+from tests.support.held_snapshot import HeldDecisionSnapshot
 
 CALLER = Caller(client_id="decision-checkpoint")
 
@@ -87,32 +85,24 @@ def test_the_periodic_snapshot_does_not_hold_the_writer(tmp_path: Path, monkeypa
     thread it held every write (1.6-2.7 s at 1M memories). Now a write goes through while it is
     being written, and close waits for it."""
     settings = _settings(tmp_path / "data", every=5)
-    started, release = threading.Event(), threading.Event()
-    returned: list[bool] = []
-    real = DecisionState.to_snapshot
-
-    def held(self: DecisionState) -> dict[str, Any]:
-        started.set()
-        release.wait(10)
-        returned.append(True)
-        return real(self)
+    held = HeldDecisionSnapshot()
 
     async def scenario() -> None:
         engine = EmbeddedEngine(settings, embedder=HashEmbedder())
         await engine.start()
-        monkeypatch.setattr(DecisionState, "to_snapshot", held)
+        held.install(monkeypatch)
         try:
             for i in range(5):  # the fifth makes the snapshot due
                 body, code = await run_tool(engine, CALLER, "store", {"agent_id": "dc", "content": f"memory {i}"})
                 assert code is None, body
-            assert await asyncio.to_thread(started.wait, 10)
+            assert await asyncio.to_thread(held.started.wait, 10)
             body, code = await run_tool(engine, CALLER, "store", {"agent_id": "dc", "content": "beside it"})
             assert code is None, body
-            assert not returned  # the write went through while the snapshot was being built
-            release.set()
+            assert not held.returned  # the write went through while the snapshot was being built
+            held.release.set()
         finally:
-            release.set()
+            held.release.set()
             await engine.close()
 
     asyncio.run(scenario())
-    assert returned and _saved_through(settings) == 5  # the close's own, after the periodic one
+    assert held.returned and _saved_through(settings) == 5  # the close's own, after the periodic one

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,8 +13,8 @@ from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import run_tool
 from memstream.api.tools.registry import Caller
-from memstream.streams.decision.state import DecisionState
 from tests.support.embedders import HashEmbedder
+from tests.support.held_snapshot import HeldDecisionSnapshot
 
 CALLER = Caller(client_id="read-checkpoint")
 
@@ -50,7 +49,7 @@ def test_a_read_answers_before_the_checkpoint_its_fold_made_due(tmp_path: Path) 
             body, code = await run_tool(engine, CALLER, "store", {"agent_id": "a", "content": "during it"})
             assert code is None, body  # the loop serves writes meanwhile
             waiting = asyncio.ensure_future(engine.read(lambda: engine.runner.events_since_checkpoint))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0)  # one loop turn: the read reaches the lock the checkpoint holds
             assert not waiting.done()  # reads wait: the checkpoint changes the read models' layout
             release.set()
             assert await waiting == 1  # the checkpoint reset the count; the read folded "during it"
@@ -70,35 +69,28 @@ def test_reads_go_on_while_the_checkpoint_waits_for_a_decision_snapshot(
     """Both are due every snapshot_every events and go one at a time on one thread; the read
     models' checkpoint takes the read lock only once the decision snapshot is written."""
     settings = load_settings(env={}, data_dir=tmp_path / "data", sync="NORMAL", snapshot_every=5)
-    started, release = threading.Event(), threading.Event()
-    returned: list[bool] = []
-    real = DecisionState.to_snapshot
-
-    def held(self: DecisionState) -> dict[str, Any]:
-        started.set()
-        release.wait(10)
-        returned.append(True)
-        return real(self)
+    held = HeldDecisionSnapshot()
 
     async def scenario() -> None:
         engine = EmbeddedEngine(settings, embedder=HashEmbedder())
         await engine.start()
-        monkeypatch.setattr(DecisionState, "to_snapshot", held)
+        held.install(monkeypatch)
         try:
             for i in range(5):  # the fifth makes both due
                 body, code = await run_tool(engine, CALLER, "store", {"agent_id": "a", "content": f"note {i}"})
                 assert code is None, body
-            assert await asyncio.to_thread(started.wait, 10)  # the decision snapshot is held
+            assert await asyncio.to_thread(held.started.wait, 10)  # the decision snapshot is held
             body, code = await run_tool(engine, CALLER, "recall", {"agent_id": "a", "query": "note 3"})
             assert code is None and body["messages"], body  # its fold made the read models' due
-            await asyncio.sleep(0.05)  # the checkpoint task is waiting for the snapshot thread
+            for _ in range(3):  # loop turns, not time: the checkpoint task starts and waits for that thread
+                await asyncio.sleep(0)
             body, code = await run_tool(engine, CALLER, "recall", {"agent_id": "a", "query": "note 4"})
             assert code is None and body["messages"], body
-            assert not returned  # answered while the decision snapshot was still held
+            assert not held.returned  # answered while the decision snapshot was still held
         finally:
-            release.set()
+            held.release.set()
             await engine.close()
 
     asyncio.run(scenario())
-    assert returned
+    assert held.returned
     assert (settings.snapshot_dir / "memories.snap").exists()
