@@ -27,6 +27,7 @@ from memstream.streams.log.kafka import KafkaConfig, KafkaLog, delete_topics_wit
 from memstream.streams.log.sealing import Sealer
 from tests.support.broker import BOOTSTRAP, require_broker, stop_processes
 from tests.support.broker_faults import LocalBroker
+from tests.support.file_hits import files_holding
 from tests.support.kafka_commands import all_events, store
 
 pytestmark = [pytest.mark.kafka]
@@ -129,12 +130,7 @@ def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Local
 
 
 def _hits(log_dir: Path, topic: str, needle: bytes) -> list[str]:
-    out = []
-    for d in log_dir.glob(f"{topic}-*"):
-        for f in d.iterdir():
-            if f.is_file() and needle in f.read_bytes():
-                out.append(f.name)
-    return out
+    return [path.name for path, _ in files_holding(log_dir, [needle], f"{topic}-*")]
 
 
 @pytest.mark.slow

@@ -31,6 +31,7 @@ from tests.support.deployment import Deployment
 from tests.support.digests import live_digests
 from tests.support.embedders import HashEmbedder
 from tests.support.faces import HttpFace, McpFace
+from tests.support.file_hits import files_holding
 from tests.support.kafka_commands import env
 from tests.support.kafka_commands import store as clear_store
 
@@ -56,13 +57,7 @@ def needles(text: str) -> list[bytes]:
 
 
 def hits(root: Path, wanted: list[bytes], pattern: str = "*") -> list[str]:
-    found = []
-    for d in sorted(root.glob(pattern)):
-        for path in sorted(d.rglob("*")) if d.is_dir() else [d]:
-            if path.is_file():
-                data = path.read_bytes()
-                found += [f"{path}: needle {i}" for i, n in enumerate(wanted) if n in data]
-    return found
+    return [f"{path}: needle {i}" for path, i in files_holding(root, wanted, pattern)]
 
 
 def topic_dirs(cfg: KafkaConfig) -> str:

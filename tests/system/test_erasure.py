@@ -17,6 +17,7 @@ from memstream.api.services.settings import Settings
 from memstream.streams.events import decode
 from tests.support.calls import call
 from tests.support.embedders import HashEmbedder
+from tests.support.file_hits import files_holding
 
 SECRET = "Zebulon Quartermaine's allergy is to saffron-pistachio nougat"
 OTHER = "the weekly standup moved to thursday mornings"
@@ -33,14 +34,7 @@ def vector_forms(text: str) -> list[bytes]:
 
 def hits(root: Path, needles: list[bytes]) -> list[str]:
     """Files under ``root`` holding any needle, with which."""
-    found = []
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            data = path.read_bytes()
-            for i, needle in enumerate(needles):
-                if needle in data:
-                    found.append(f"{path.relative_to(root)}: needle {i}")
-    return found
+    return [f"{path.relative_to(root)}: needle {i}" for path, i in files_holding(root, needles)]
 
 
 def secret_needles(text: str) -> list[bytes]:
