@@ -15,6 +15,7 @@ import orjson
 
 from memstream.projections.lexical.index import AgentIndex
 from memstream.projections.lexical.packed import Packed
+from memstream.projections.vectors.spill import page_out
 from memstream.streams.snapshots import SnapshotStore
 
 # 3: the arrays first, each written as it is made, and the header last (a trailer), so a
@@ -41,13 +42,17 @@ class _Parts:
     def __init__(self, at: int) -> None:
         self.pos = at
 
-    def put(self, data: Any) -> Pieces:
-        """Yields ``data``'s bytes and their padding, and returns where they are: the caller
-        passes the array inline, so it is released once written."""
-        view = memoryview(data).cast("B")
-        at, nbytes = self.pos, view.nbytes
-        if nbytes:
-            yield view
+    def put(self, *data: Any) -> Pieces:
+        """Yields the bytes of ``data`` (arrays of one dtype, laid one after another as one
+        array) and their padding, and returns where they are: the caller passes the arrays
+        inline, so they are released once written."""
+        at = self.pos
+        nbytes = 0
+        for d in data:
+            view = memoryview(d).cast("B")
+            if view.nbytes:
+                yield view
+                nbytes += view.nbytes
         pad = (-nbytes) % _ALIGN
         if pad:
             yield b"\0" * pad
@@ -62,21 +67,47 @@ def _flat(lists: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     return ptr, np.frombuffer(b"".join(lists), dtype=np.int32)
 
 
-def _packed_csr(table: Packed[Any], keys: list[str], col: int) -> tuple[np.ndarray, np.ndarray]:
+def _packed_csr(table: Packed[Any], keys: list[str], col: int) -> tuple[np.ndarray, list[np.ndarray]]:
     """One column of a packed mapping as a CSR in the order of ``keys`` (its unpacked keys, then
-    its base's), the base copied in bulk (never unpacked)."""
+    its base's): its prefix sums, and its flat array in parts: the unpacked keys' joined, then
+    the base's as views of the loaded sidecar, written from there without a copy."""
     ptr, flat = _flat([table.buffers(k)[col] for k in keys[: len(keys) - len(table.base)]])
     if not table.base:
-        return ptr, flat
+        return ptr, [flat]
     rows = np.fromiter(table.base.values(), dtype=np.int64, count=len(table.base))
-    starts = table.ptr[rows]
-    lens = table.ptr[rows + 1] - starts
-    base_ptr = np.cumsum(lens) + ptr[-1]
-    if np.array_equal(rows, np.arange(rows.shape[0])):
-        base_flat = table.cols[col][: int(lens.sum())]  # the whole base, in its own order: one slice
-    else:
-        base_flat = table.cols[col][np.repeat(starts - (base_ptr - ptr[-1] - lens), lens) + np.arange(int(lens.sum()))]
-    return np.concatenate((ptr, base_ptr)), np.concatenate((flat, base_flat))
+    starts, ends = table.ptr[rows], table.ptr[rows + 1]
+    base_ptr = np.cumsum(ends - starts) + ptr[-1]
+    return np.concatenate((ptr, base_ptr)), [flat, *_runs(table.cols[col], starts, ends)]
+
+
+def _runs(column: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
+    """``column[starts[i]:ends[i]]`` for each ``i`` in order, as views, a run of rows each starting
+    where the one before ended taken as one slice. The base is in row order less the keys
+    unpacked since the load, so a running server's is as many runs as it unpacked keys; copied
+    through an index of every entry instead, it was two int64 arrays of the whole column at the
+    top of a 1M checkpoint's peak (docs/benchmarks.md, "The lexical sidecar's write (wave 12)")."""
+    if not starts.shape[0]:
+        return []
+    cut = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+    firsts = starts[np.concatenate(([0], cut))].tolist()
+    lasts = ends[np.concatenate((cut - 1, [starts.shape[0] - 1]))].tolist()
+    return [column[a:b] for a, b in zip(firsts, lasts, strict=True) if b > a]
+
+
+def _renumbered(parts: list[np.ndarray], remap: np.ndarray) -> list[np.ndarray]:
+    """The parts' ids renumbered by ``remap``, those it maps to -1 left out."""
+    out = []
+    for a in parts:
+        r = remap[a]
+        out.append(r[r >= 0])
+    return out
+
+
+def _page_out(table: Packed[Any], col: int) -> None:
+    """Once written, the base's pages of the loaded sidecar go back to the kernel: read for the
+    write, they were 0.14 GB of resident file pages at the top of a 1M checkpoint's peak."""
+    if col < len(table.cols):
+        page_out(table.cols[col])
 
 
 def _kept_ptr(ptr: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
@@ -115,14 +146,18 @@ def _agent_arrays(name: str, idx: AgentIndex, parts: _Parts) -> Generator[Piece,
     terms = e["terms"] = idx.post.unpacked() + list(idx.post.base)
     e["df"] = yield from parts.put(np.fromiter((idx.df[t] for t in terms), dtype=np.int32, count=len(terms)))
     sptr, sflat = _packed_csr(idx.post, terms, 0)
-    keep = None if every else alive[sflat]
-    e["post_ptr"] = yield from parts.put(_kept_ptr(sptr, keep))
+    keeps = None if every else [alive[a] for a in sflat]
+    e["post_ptr"] = yield from parts.put(_kept_ptr(sptr, None if keeps is None else np.concatenate(keeps)))
     del sptr
-    e["post_slots"] = yield from parts.put(sflat if keep is None else remap[sflat[keep]])
+    e["post_slots"] = yield from parts.put(*(sflat if every else _renumbered(sflat, remap)))
     del sflat
+    _page_out(idx.post, 0)
     tflat = _packed_csr(idx.post, terms, 1)[1]
-    e["post_tfs"] = yield from parts.put(tflat if keep is None else tflat[keep])
-    del tflat, keep
+    if keeps is not None:
+        tflat = [t[k] for t, k in zip(tflat, keeps, strict=True)]
+    e["post_tfs"] = yield from parts.put(*tflat)
+    del tflat, keeps
+    _page_out(idx.post, 1)
     # Keyword words: those some live row holds, renumbered in order; their grams likewise.
     n_words = kw.ptr.shape[0] - 1
     wkeep = None if every else alive[kw.flat]
@@ -136,17 +171,21 @@ def _agent_arrays(name: str, idx: AgentIndex, parts: _Parts) -> Generator[Piece,
     del wptr_all
     e["word_flat"] = yield from parts.put(kw.flat if wkeep is None else remap[kw.flat[wkeep]])
     del wkeep, remap
+    page_out(kw.ptr)
+    page_out(kw.flat)
     grams = kw.grams.unpacked() + list(kw.grams.base)
     gptr_all, gflat = _packed_csr(kw.grams, grams, 0)
-    gkeep = None if every_word else wremap[gflat] >= 0
+    gkeep = None if every_word else np.concatenate([wremap[a] >= 0 for a in gflat])
     gptr_kept = _kept_ptr(gptr_all, gkeep)
-    del gptr_all
+    del gptr_all, gkeep
     live_grams = np.diff(gptr_kept) > 0
     e["grams"] = [g for g, ok in zip(grams, live_grams.tolist(), strict=True) if ok]
     del grams
     e["gram_ptr"] = yield from parts.put(np.concatenate(([0], gptr_kept[1:][live_grams])).astype(np.int64))
     del gptr_kept, live_grams
-    e["gram_words"] = yield from parts.put(gflat if gkeep is None else wremap[gflat[gkeep]])
+    e["gram_words"] = yield from parts.put(*(gflat if every_word else _renumbered(gflat, wremap)))
+    del gflat
+    _page_out(kw.grams, 0)
     return e
 
 
