@@ -1,9 +1,12 @@
-"""The decision state's memories as columns in its snapshot (format 3): one array per field.
+"""The decision state's memories as columns in its snapshot (formats 3 and 4): one array per field.
 
 A restart loads every memory's dedup facts. As one JSON list per memory (format 2) that was a
 million small objects to parse at 100k memories; as columns it is a few base64 strings and
-short tables. The digest stays over the format-2 rows (``DecisionState.canonical``), so states
-compare across formats."""
+short tables. Format 4 holds the msg ids as a row column and their values, which format 3 held
+as a [row, msg id] pair each: an agent that passes its message ids gives every memory one, and
+at 1M memories the pairs were ~0.12 GB of lists at the top of a running server's checkpoint
+(docs/benchmarks.md, "The decision snapshot's msg ids (wave 12)"). The digest stays over the
+format-2 rows (``DecisionState.canonical``), so states compare across formats."""
 
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ from memstream.streams.decision.facts import MemoryFacts, intern_models
 _KEY_BYTES = 16  # keys.content_key's digest size
 
 
-def _b64(arr: np.ndarray | bytes) -> str:
-    return base64.b64encode(arr if isinstance(arr, bytes) else arr.tobytes()).decode("ascii")
+def _b64(arr: np.ndarray | bytes | bytearray) -> str:
+    return base64.b64encode(arr if isinstance(arr, bytes | bytearray) else arr.tobytes()).decode("ascii")
 
 
 def _unb64(text: str, dtype: str, n: int) -> np.ndarray:
@@ -46,7 +49,8 @@ class _Table:
 
 def memories_to_columns(memories: dict[int, MemoryFacts]) -> dict[str, Any]:
     """The memories in id order as columns: ids, string and model-set tables with an index
-    column each, the content keys as one byte string, the few msg ids and locks sparse."""
+    column each, the content keys as one byte string, the msg ids as the rows holding one and
+    their values, the few locks sparse."""
     ids = sorted(memories)
     n = len(ids)
     strings, model_sets = _Table(), _Table()
@@ -55,7 +59,8 @@ def memories_to_columns(memories: dict[int, MemoryFacts]) -> dict[str, Any]:
     source = np.empty(n, "<u4")
     models = np.empty(n, "<u4")
     keys = bytearray()
-    msg_ids: list[list[Any]] = []
+    has_msg_id = np.zeros(n, np.bool_)
+    msg_ids: list[str] = []
     locked: list[int] = []
     for row, mid in enumerate(ids):
         f = memories[mid]
@@ -67,7 +72,8 @@ def memories_to_columns(memories: dict[int, MemoryFacts]) -> dict[str, Any]:
             raise ValueError(f"memory {mid}: content key of {len(f.content_key)} bytes")
         keys += f.content_key
         if f.msg_id is not None:
-            msg_ids.append([row, f.msg_id])
+            has_msg_id[row] = True
+            msg_ids.append(f.msg_id)
         if f.locked:
             locked.append(row)
     return {
@@ -79,14 +85,15 @@ def memories_to_columns(memories: dict[int, MemoryFacts]) -> dict[str, Any]:
         "source": _b64(source),
         "model_sets": [list(m) for m in model_sets.values],
         "models": _b64(models),
-        "content_keys": _b64(bytes(keys)),
-        "msg_ids": msg_ids,
+        "content_keys": _b64(keys),
+        "msg_ids": {"rows": _b64(np.flatnonzero(has_msg_id).astype("<u4")), "values": msg_ids},
         "locked": locked,
     }
 
 
 def memories_from_columns(cols: dict[str, Any]) -> dict[int, MemoryFacts]:
-    """The memories by id, in id order; raises ``ValueError`` (and the like) on a damaged layout."""
+    """The memories by id, in id order, from format 4's columns or format 3's (told apart by
+    their msg ids); raises ``ValueError`` (and the like) on a damaged layout."""
     n = cols["n"]
     id_column = _unb64(cols["ids"], "<i8", n)
     if n > 1 and not bool(np.all(id_column[1:] > id_column[:-1])):
@@ -108,9 +115,7 @@ def memories_from_columns(cols: dict[str, Any]) -> dict[int, MemoryFacts]:
     # One bytes object per key, split in C (a void dtype keeps trailing zero bytes, unlike "S"):
     # ~3x faster than slicing in a loop (0.26 -> 0.09 s at 1M).
     keys: list[bytes] = np.frombuffer(raw_keys, f"V{_KEY_BYTES}").tolist()
-    msg_ids: list[str | None] = [None] * n
-    for row, msg_id in cols["msg_ids"]:
-        msg_ids[row] = msg_id
+    msg_ids = _msg_ids(cols["msg_ids"], n)
     locked = [False] * n
     for row in cols["locked"]:
         locked[row] = True
@@ -125,3 +130,21 @@ def memories_from_columns(cols: dict[str, Any]) -> dict[int, MemoryFacts]:
         pick(sets, "models"),
     )
     return dict(zip(ids, facts, strict=True))
+
+
+def _msg_ids(held: dict[str, Any] | list[list[Any]], n: int) -> list[str | None]:
+    """Each row's msg id: format 4's rows column and values, or format 3's [row, msg id] pairs."""
+    out: list[str | None] = [None] * n
+    if isinstance(held, list):
+        for row, msg_id in held:
+            out[row] = msg_id
+        return out
+    values = held["values"]
+    rows = _unb64(held["rows"], "<u4", len(values))
+    if rows.shape[0] and (int(rows.max()) >= n or not bool(np.all(rows[1:] > rows[:-1]))):
+        raise ValueError("msg id rows out of order or past the memories")
+    if rows.shape[0] == n:  # every memory has one: the rows are 0..n-1
+        return list(values)
+    for row, msg_id in zip(rows.tolist(), values, strict=True):
+        out[row] = msg_id
+    return out

@@ -42,9 +42,10 @@ class DecisionState:
     """The fold of the whole log (all partitions an owner holds) that deciders consult."""
 
     # The snapshot layout written; ``FORMATS`` load, a snapshot of another format is discarded
-    # and the state refolded. Format 3 holds format 2's content, its memories as columns.
-    FORMAT: Final = 3
-    FORMATS: Final = frozenset({2, 3})
+    # and the state refolded. Format 3 holds format 2's content, its memories as columns; 4 its
+    # msg ids as a column too (snapshot.py).
+    FORMAT: Final = 4
+    FORMATS: Final = frozenset({2, 3, 4})
 
     def __init__(self, num_partitions: int) -> None:
         self.num_partitions = num_partitions
