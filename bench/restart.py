@@ -102,14 +102,15 @@ def cpu_s(pid: int) -> float:
 
 def as_lexical_v2(data: Path) -> None:
     """Rewrite the lexical checkpoint as version 2 (rows only) and drop its sidecars."""
+    from memstream.projections.lexical.rows import rows_of
     from memstream.streams.snapshots import SnapshotStore
 
     store = SnapshotStore(data / "snapshots")
     body = store.load("lexical")
     if body is None:
         raise SystemExit(f"no lexical checkpoint in {data}")
-    state = body["state"]
-    store.save("lexical", {"offset": body["offset"], "state": {"version": 2, "agents": state["agents"]}})
+    lists = {agent: [list(r) for r in rows.rows()] for agent, rows in rows_of(body["state"]).items()}
+    store.save("lexical", {"offset": body["offset"], "state": {"version": 2, "agents": lists}})
     for name in store.blob_names("lexical-"):
         store.drop_blob(name)
 

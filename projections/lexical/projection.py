@@ -16,6 +16,7 @@ from memstream.projections.lexical import sidecar
 from memstream.projections.lexical.bm25 import bm25
 from memstream.projections.lexical.index import AgentIndex, Row
 from memstream.projections.lexical.keyword import keyword
+from memstream.projections.lexical.rows import SnapshotRows, rows_of
 from memstream.projections.lexical.text import keyword_terms, query_tokens
 from memstream.projections.scope import ScopeFilter
 from memstream.projections.vectors.sidecar import release_pages
@@ -25,10 +26,12 @@ from memstream.streams.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
 
-# 2: English stemming of BM25 tokens; 3: the analysed index in a sidecar (``sidecar.py``).
-SNAPSHOT_VERSION: Final = 3
+# 2: English stemming of BM25 tokens; 3: the analysed index in a sidecar (``sidecar.py``);
+# 4: the rows as columns (``rows.py``).
+SNAPSHOT_VERSION: Final = 4
 # Snapshots this version still loads: a version-2 one by analysing its texts again.
-LOADS: Final = frozenset({2, 3})
+LOADS: Final = frozenset({2, 3, 4})
+SIDECARS: Final = frozenset({3, 4})  # the versions whose snapshot names a sidecar
 _HASHED_ROWS: Final = 4096  # rows dumped per part while hashing them (``_rows_hash``)
 
 
@@ -185,8 +188,8 @@ class LexicalProjection:
     def to_snapshot(self) -> dict[str, Any]:
         """The logical content (canonical: it is what digests compare), naming the sidecar
         that holds the analysed index of the same content, written here if it is not there yet."""
-        # The sidecar first, then the rows: at 1M memories each is ~0.14 GB, and held together
-        # they were the top of a cold start's peak (docs/benchmarks.md, "The lexical checkpoint's peak (wave 10)").
+        # The sidecar first, then the rows: held together they were the top of a cold start's
+        # peak (docs/benchmarks.md, "The lexical checkpoint's peak (wave 10)").
         rows_hash = self._rows_hash()
         name = f"{self.name}-{rows_hash}"
         if self.blobs is not None and not self.blobs.blob_path(name).exists():
@@ -200,16 +203,17 @@ class LexicalProjection:
         self._blob = name
         agents = {}
         for agent in sorted(self.agents):
-            rows = self.agents[agent].snapshot_rows()
-            if rows:
-                agents[agent] = rows
+            if self.agents[agent].slot_of:
+                agents[agent] = SnapshotRows.of_index(self.agents[agent]).to_json()
         return {"version": SNAPSHOT_VERSION, "agents": agents, "blob": name}
 
     def _rows_hash(self) -> str:
-        """The hash of the snapshot's rows: of ``orjson.dumps`` of its ``agents``, byte for byte,
-        made a part of the rows at a time, so they are never all held for it. The sidecar's
-        format is hashed in: a checkpoint of the same rows by a newer release writes its own
-        sidecar instead of keeping an older format's under the same name."""
+        """The hash of the live rows, the sidecar's name: of ``orjson.dumps`` of each agent's rows
+        as a [ref, project, channel, seq, text] list each (version 3's layout, so a version-3
+        checkpoint's sidecar keeps its name), made a part of the rows at a time, so they are
+        never all held for it. The sidecar's format is hashed in: a checkpoint of the same rows
+        by a newer release writes its own sidecar instead of keeping an older format's under
+        the same name."""
         digest = hashlib.sha256(b"%d:{" % sidecar.FORMAT)
         sep = b""
         for agent in sorted(self.agents):
@@ -255,9 +259,9 @@ class LexicalProjection:
             raise ValueError(f"lexical snapshot version {version!r}, expected one of {sorted(LOADS)}")
         self.agents = {}
         self._mapped = None
-        rows_by_agent: dict[str, list[list[Any]]] = body["agents"]
+        rows_by_agent = rows_of(body)
         self._on_disk, self._on_disk_known = body.get("blob"), True
-        if version == SNAPSHOT_VERSION and self.blobs is not None:
+        if version in SIDECARS and self.blobs is not None:
             name = body["blob"]
             mv = self.blobs.map_blob(name)  # mapped: the packed postings stay views of it (sidecar.py)
             if mv is not None:
@@ -273,6 +277,4 @@ class LexicalProjection:
             else:
                 log.warning("lexical sidecar %s missing or damaged; re-analysing the texts", name)
         for agent, rows in rows_by_agent.items():
-            self._agent(agent).add_many(
-                [(ref, project, channel, int(seq), text) for ref, project, channel, seq, text in rows]
-            )
+            self._agent(agent).add_many(list(rows.rows()))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import struct
 from collections import Counter
 from collections.abc import Generator, Iterator, Sequence
-from operator import itemgetter
 from sys import intern
 from typing import Any, Final
 
@@ -15,6 +14,7 @@ import orjson
 
 from memstream.projections.lexical.index import AgentIndex
 from memstream.projections.lexical.packed import Packed
+from memstream.projections.lexical.rows import SnapshotRows
 from memstream.projections.vectors.spill import page_out
 from memstream.streams.snapshots import SnapshotStore
 
@@ -225,7 +225,7 @@ def _header(mv: memoryview) -> tuple[dict[str, Any], int, int]:
     return header, 8 + first, mv.nbytes
 
 
-def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> dict[str, AgentIndex]:
+def read(mv: memoryview, rows_hash: str, rows: dict[str, SnapshotRows]) -> dict[str, AgentIndex]:
     """The agents' indexes from a sidecar, their texts from the snapshot's ``rows``; raises
     ``ValueError`` (or ``KeyError``, ``TypeError``, ``IndexError``, ``struct.error``) when the
     sidecar is not the one of these rows, or is inconsistent."""
@@ -296,8 +296,8 @@ def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> di
             raise ValueError("lexical sidecar grams past the words")
         kw.grams.pack([intern(g) for g in e["grams"]], gptr, (gwords,))
         # Refs and texts: the snapshot's own rows (the logical content), one per slot.
-        agent_rows = rows.get(e["agent"], [])
-        if len(agent_rows) != n:
+        agent_rows = rows.get(e["agent"])
+        if agent_rows is None or len(agent_rows) != n:
             raise ValueError("lexical sidecar rows do not match the snapshot")
         if fmt == 1:
             _rows_by_ref(idx, e["refs"], agent_rows)
@@ -309,29 +309,29 @@ def read(mv: memoryview, rows_hash: str, rows: dict[str, list[list[Any]]]) -> di
     return agents
 
 
-_REF, _SEQ, _TEXT = itemgetter(0), itemgetter(3), itemgetter(4)  # of a snapshot row
-
-
-def _rows_by_slot(idx: AgentIndex, row_of: np.ndarray, agent_rows: list[list[Any]]) -> None:
-    """Refs and texts of a format-2 sidecar: slot ``i`` holds row ``row_of[i]``."""
+def _rows_by_slot(idx: AgentIndex, row_of: np.ndarray, agent_rows: SnapshotRows) -> None:
+    """Refs and texts of a format-2 or -3 sidecar: slot ``i`` holds row ``row_of[i]``."""
     n = idx.n
     if n and (int(row_of.min()) < 0 or int(row_of.max()) >= n or bool(np.any(np.bincount(row_of, minlength=n) != 1))):
         raise ValueError("lexical sidecar slots do not match the snapshot's rows")
     # Slot i holds row i unless slots were reused or compacted: then no reordering is needed.
     in_order = bool(np.array_equal(row_of, np.arange(n, dtype=row_of.dtype)))
-    picked = agent_rows if in_order else list(map(agent_rows.__getitem__, row_of.tolist()))
-    if not np.array_equal(np.fromiter(map(_SEQ, picked), dtype=np.int64, count=n), idx.seq[:n]):
+    if not np.array_equal(agent_rows.seq if in_order else agent_rows.seq[row_of], idx.seq[:n]):
         raise ValueError("lexical sidecar row out of place")
     # Not interned (shared with the versions and memories read models, they cost ~1 CPU s per
     # million strings to look up: projections/records.py).
-    idx.refs = list(map(_REF, picked))
-    idx.texts = list(map(_TEXT, picked))
+    if in_order:
+        idx.refs, idx.texts = list(agent_rows.refs), list(agent_rows.texts)
+    else:
+        picked = row_of.tolist()
+        idx.refs = list(map(agent_rows.refs.__getitem__, picked))
+        idx.texts = list(map(agent_rows.texts.__getitem__, picked))
     idx.slot_of = dict(zip(idx.refs, range(n), strict=True))
     if len(idx.slot_of) != n:
         raise ValueError("lexical sidecar refs repeat")
 
 
-def _rows_by_ref(idx: AgentIndex, refs: list[str], agent_rows: list[list[Any]]) -> None:
+def _rows_by_ref(idx: AgentIndex, refs: list[str], agent_rows: SnapshotRows) -> None:
     """Refs and texts of a format-1 sidecar, which names each slot's ref."""
     n = idx.n
     if len(refs) != n:
@@ -341,7 +341,7 @@ def _rows_by_ref(idx: AgentIndex, refs: list[str], agent_rows: list[list[Any]]) 
     if len(idx.slot_of) != n:
         raise ValueError("lexical sidecar refs repeat")
     texts: list[str | None] = [None] * n
-    for ref, _, _, seq, text in agent_rows:
+    for ref, seq, text in zip(agent_rows.refs, agent_rows.seq.tolist(), agent_rows.texts, strict=True):
         slot = idx.slot_of[ref]
         if int(idx.seq[slot]) != seq:
             raise ValueError("lexical sidecar row out of place")

@@ -31,4 +31,4 @@ async def test_fold_of_a_real_engine_log(engine: EmbeddedEngine) -> None:
     await call(engine, "delete_agent_data", agent_id="eng")
     p2 = replay(engine.log, [LexicalProjection]).projections[0]
     snap = p2.to_snapshot()
-    assert p2.count(scope) == 0 and snap["version"] == 3 and snap["agents"] == {}
+    assert p2.count(scope) == 0 and snap["version"] == 4 and snap["agents"] == {}

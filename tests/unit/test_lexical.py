@@ -17,6 +17,7 @@ from memstream.projections.lexical import LexicalProjection, pruning, sidecar
 from memstream.projections.lexical import bm25 as bm25mod
 from memstream.projections.lexical import index as indexmod
 from memstream.projections.lexical import words as wordsmod
+from memstream.projections.lexical.rows import SnapshotRows, rows_of
 from memstream.projections.lexical.text import keyword_terms, normalize, query_tokens, tokens
 from memstream.projections.runner import ProjectionRunner, digest_of, replay
 from memstream.projections.scope import ScopeFilter
@@ -104,7 +105,7 @@ def via_sidecar(p: LexicalProjection) -> LexicalProjection:
     rows_hash = body["blob"].removeprefix("lexical-")
     blob = bytearray(b"".join(sidecar.encode(p.agents, rows_hash)))
     restored = LexicalProjection()
-    restored.agents = sidecar.read(memoryview(blob), rows_hash, body["agents"])
+    restored.agents = sidecar.read(memoryview(blob), rows_hash, rows_of(body))
     restored.offset = p.offset
     return restored
 
@@ -552,7 +553,7 @@ def test_sidecar_holds_only_what_live_rows_say() -> None:
     assert b"keep" in blob
     restored = LexicalProjection()
     restored.agents = sidecar.read(
-        memoryview(bytearray(blob)), "h", orjson.loads(orjson.dumps(p.to_snapshot()))["agents"]
+        memoryview(bytearray(blob)), "h", rows_of(orjson.loads(orjson.dumps(p.to_snapshot())))
     )
     assert answers(restored) == answers(p)
     assert restored.keyword(A, "zanzib", 5) == [] and restored.search(A, "blorptangle", 5) == []
@@ -564,12 +565,12 @@ def test_sidecar_of_other_rows_or_damaged_is_refused() -> None:
     rows_hash = body["blob"].removeprefix("lexical-")
     good = bytes(b"".join(sidecar.encode(p.agents, rows_hash)))
     with pytest.raises(ValueError):
-        sidecar.read(memoryview(bytearray(good)), "another-hash", body["agents"])
-    other_rows = dict(body["agents"], a=body["agents"]["a"][:-1])
+        sidecar.read(memoryview(bytearray(good)), "another-hash", rows_of(body))
+    other_rows = dict(rows_of(body), a=SnapshotRows.of_lists(p.agents["a"].snapshot_rows()[:-1]))
     with pytest.raises(ValueError):
         sidecar.read(memoryview(bytearray(good)), rows_hash, other_rows)
     with pytest.raises((ValueError, IndexError)):
-        sidecar.read(memoryview(bytearray(good[: len(good) // 2])), rows_hash, body["agents"])
+        sidecar.read(memoryview(bytearray(good[: len(good) // 2])), rows_hash, rows_of(body))
 
 
 def test_rebuild_from_log_equals_live() -> None:

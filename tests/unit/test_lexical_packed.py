@@ -17,6 +17,7 @@ from memstream.projections.lexical import LexicalProjection, sidecar
 from memstream.projections.lexical import index as indexmod
 from memstream.projections.lexical import words as wordsmod
 from memstream.projections.lexical.packed import Postings
+from memstream.projections.lexical.rows import SnapshotRows, rows_of
 from memstream.projections.runner import digest_of
 from tests.unit.test_lexical import answers, deleted, fold, sample_events, stored, updated, via_sidecar, wiped
 
@@ -129,14 +130,15 @@ def test_an_older_sidecar_still_loads_without_analysing_a_text(
     body = orjson.loads(orjson.dumps(live.to_snapshot()))
     rows_hash = body["blob"].removeprefix("lexical-")
     blob = b"".join(bytes(x) for x in sidecar.encode(live.agents, rows_hash))
-    old = as_format_1(blob, body["agents"]) if old_format == 1 else as_format_2(blob)
+    lists = {a: idx.snapshot_rows() for a, idx in live.agents.items() if idx.slot_of}
+    old = as_format_1(blob, lists) if old_format == 1 else as_format_2(blob)
 
     def refuse(*_: object) -> None:
         raise AssertionError("a text was analysed")
 
     monkeypatch.setattr(indexmod.AgentIndex, "add", refuse)
     restored = LexicalProjection()
-    restored.agents = sidecar.read(memoryview(bytearray(old)), rows_hash, body["agents"])
+    restored.agents = sidecar.read(memoryview(bytearray(old)), rows_hash, rows_of(body))
     restored.offset = live.offset
     monkeypatch.undo()
     assert digest_of(restored) == digest_of(live) and answers(restored) == answers(live)
@@ -148,8 +150,9 @@ def test_a_sidecar_whose_slots_do_not_match_the_rows_is_refused() -> None:
     live = fold(*sample_events(), stored(7, "seventh"), stored(8, "eighth"))
     body = orjson.loads(orjson.dumps(live.to_snapshot()))
     rows_hash = body["blob"].removeprefix("lexical-")
-    swapped = {a: list(rows) for a, rows in body["agents"].items()}
-    swapped["a"][0], swapped["a"][1] = swapped["a"][1], swapped["a"][0]  # same rows, out of order
+    lists = {a: idx.snapshot_rows() for a, idx in live.agents.items() if idx.slot_of}
+    lists["a"][0], lists["a"][1] = lists["a"][1], lists["a"][0]  # same rows, out of order
+    swapped = {a: SnapshotRows.of_lists(rows) for a, rows in lists.items()}
     blob = bytearray(b"".join(bytes(x) for x in sidecar.encode(live.agents, rows_hash)))
     with pytest.raises(ValueError):
         sidecar.read(memoryview(blob), rows_hash, swapped)
