@@ -103,8 +103,8 @@ def checkpoint_once(data: Path, code: Path | None, deadline_s: float, stores: in
     ``MEMSTREAM_SNAPSHOT_EVERY=stores``; after /health and a first recall its peak RSS is reset,
     then ``stores`` new memories (the default embedder's vectors) make it checkpoint every read
     model once, as a server at 1M does every 100k events, in the next read's fold. The peak is
-    that checkpoint's (the stores themselves hold little). Before 873ff37 that read waited for
-    it; since, the read after it does."""
+    that checkpoint's, or the stores' (``stores_peak_rss_mb``: also when the decision state's
+    snapshot ran). Before 873ff37 that read waited for it; since, the read after it does."""
     marker = data / "snapshots" / "lexical.snap"
     before_mtime = marker.stat().st_mtime_ns
     env = restart_bench.clean_env(code) | {"MEMSTREAM_SNAPSHOT_EVERY": str(stores)}
@@ -126,6 +126,10 @@ def checkpoint_once(data: Path, code: Path | None, deadline_s: float, stores: in
             body = {"agent_id": AGENT, "content": f"a new memory {i} of run {run}, about harbours and boats"}
             post_json(f"http://127.0.0.1:{port}/v1/tools/store", body, deadline_s)
             latencies.append(time.perf_counter() - t0)
+        # What the stores alone raised it to (the embedder's batches, the writes, the decision
+        # state's snapshot due at the last of them), before the read models' checkpoint.
+        out["stores_rss_mb"] = restart_bench.rss(pid)["rss_mb"]
+        out["stores_peak_rss_mb"] = restart_bench.status_kb(pid, "VmHWM") // 1024
         # Read models fold before a read: this recall folds the stores and, their count reaching
         # the setting, checkpoints every read model before it answers.
         t0 = time.perf_counter()

@@ -26,6 +26,7 @@ from typing import Any  # noqa: E402
 import click  # noqa: E402
 import orjson  # noqa: E402
 
+from memstream.api.cli.arenas import limit_arenas  # noqa: E402
 from memstream.api.cli.progress import progress_bar, progress_option  # noqa: E402
 from memstream.api.services.settings import Settings, SettingsError, load_settings  # noqa: E402
 
@@ -101,6 +102,7 @@ def serve(
 ) -> None:
     """Serve the HTTP API and MCP (streamable HTTP, at /mcp) on the embedded log; with --kafka,
     the HTTP API of a Kafka deployment (calls routed to the `memstream worker` owning each agent)."""
+    limit_arenas(os.environ)
     from memstream.api.cli.banner import Served, serve_app
     from memstream.api.faces.http import create_app
     from memstream.api.services.acl import AclConfigError, load_configured
@@ -153,6 +155,7 @@ def _bind_notice(settings: Settings, host: str, port: int) -> None:
 def mcp(data_dir: Path | None, bootstrap: str | None, prefix: str, partitions: int, replication: int) -> None:
     """Serve MCP over stdio (one process per agent host is fine: they share the data dir); with
     --kafka, every call goes to the `memstream worker` owning its agent."""
+    limit_arenas(os.environ)
     from memstream.api.cli.mcp_stdio import serve_stdio
     from memstream.api.services.acl import AclConfigError
     from memstream.streams.keys.master import MasterKeyError
@@ -446,6 +449,7 @@ def worker(
 
     Start several: they split the partitions, and `memstream serve --kafka` routes each call to
     the worker that owns its agent."""
+    limit_arenas(os.environ)
     from memstream.api.faces.auth import is_loopback
     from memstream.api.kafka.worker.app import run_worker
     from memstream.streams.keys.master import MasterKeyError
