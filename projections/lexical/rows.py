@@ -2,8 +2,8 @@
 
 Version 4 of the snapshot. Versions 2 and 3 held a [ref, project, channel, seq, text] list per
 row, ~150 bytes a row to make: at 1M memories ~0.19 GB at the top of a running server's
-checkpoint (docs/benchmarks.md, "The lexical rows as columns (wave 12)"). As columns they are
-two lists of strings the index already holds, and three base64 arrays.
+checkpoint (docs/benchmarks.md, "A running server's checkpoint with room (wave 12)"). As
+columns they are two lists of strings the index already holds, and three base64 arrays.
 """
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ def _runs(column: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[np.n
     where the one before ended taken as one slice. The base is in row order less the keys
     unpacked since the load, so a running server's is as many runs as it unpacked keys; copied
     through an index of every entry instead, it was two int64 arrays of the whole column at the
-    top of a 1M checkpoint's peak (docs/benchmarks.md, "The lexical sidecar's write (wave 12)")."""
+    top of a 1M checkpoint's peak (docs/benchmarks.md, "A running server's checkpoint with room
+    (wave 12)")."""
     if not starts.shape[0]:
         return []
     cut = np.flatnonzero(starts[1:] != ends[:-1]) + 1

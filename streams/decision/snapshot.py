@@ -5,8 +5,8 @@ million small objects to parse at 100k memories; as columns it is a few base64 s
 short tables. Format 4 holds the msg ids as a row column and their values, which format 3 held
 as a [row, msg id] pair each: an agent that passes its message ids gives every memory one, and
 at 1M memories the pairs were ~0.12 GB of lists at the top of a running server's checkpoint
-(docs/benchmarks.md, "The decision snapshot's msg ids (wave 12)"). The digest stays over the
-format-2 rows (``DecisionState.canonical``), so states compare across formats."""
+(docs/benchmarks.md, "A running server's checkpoint with room (wave 12)"). The digest stays
+over the format-2 rows (``DecisionState.canonical``), so states compare across formats."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import random
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ from memstream.projections.lexical.rows import SnapshotRows, rows_of
 from memstream.projections.lexical.words import WordIndex
 from memstream.projections.vectors.spill import page_out
 from memstream.streams.snapshots import SnapshotStore
-from tests.system.test_vectors_snapshots import mapped_rss_kb as mapped_kb
+from tests.support.blob_watch import mapped_rss_kb as mapped_kb
+from tests.support.blob_watch import resident_while_saving
 from tests.unit.test_lexical import answers, deleted, fold, stored
 
 
@@ -149,18 +150,7 @@ def test_a_restored_sidecar_is_written_again_from_its_own_pages(
     assert restored._mapped is not None
     page_out(np.frombuffer(restored._mapped, dtype=np.uint8))  # as long after a restore: none resident
     assert mapped_kb(old) < 64
-    resident: list[int] = []
-    save_blob = SnapshotStore.save_blob
-
-    def watched(self: SnapshotStore, name: str, data: Any) -> str:
-        def parts() -> Iterator[Any]:
-            for part in data:
-                yield part
-                resident.append(mapped_kb(old))
-
-        return save_blob(self, name, parts())
-
-    monkeypatch.setattr(SnapshotStore, "save_blob", watched)
+    resident = resident_while_saving(monkeypatch, old)
     peak = traced_peak(lambda: sidecar.write(store, "lexical-again", restored.agents, "again"))
     monkeypatch.undo()
     # Copied through int64 positions of every posting, the base took twice its size again (2.0x here).

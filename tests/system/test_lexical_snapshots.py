@@ -15,7 +15,7 @@ from memstream.projections.lexical import LexicalProjection, sidecar
 from memstream.projections.lexical.index import AgentIndex
 from memstream.projections.runner import digest_of
 from memstream.streams.snapshots import SnapshotStore
-from tests.system.test_vectors_snapshots import mapped_rss_kb as mapped_kb
+from tests.support.blob_watch import mapped_rss_kb as mapped_kb
 from tests.unit.test_lexical import answers, deleted, fold, sample_events, stored, updated
 from tests.unit.test_lexical_packed import as_format_1
 

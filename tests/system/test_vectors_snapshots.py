@@ -19,6 +19,7 @@ from memstream.projections.scope import ScopeFilter
 from memstream.projections.vectors import SnapshotRejected, VectorProjection
 from memstream.streams.log.port import LogRecord
 from memstream.streams.snapshots import SnapshotStore
+from tests.support.blob_watch import mapped_rss_kb
 from tests.support.vector_events import (
     A,
     Feed,
@@ -204,7 +205,6 @@ def test_sidecars_are_content_addressed_and_collected(tmp_path: Path) -> None:
     assert len(snaps.blob_names("vectors-")) == 4  # the saved state's pair and the previous pair
 
 
-
 def test_a_mapped_sidecar_is_verified_aligned_and_private(tmp_path: Path) -> None:
     """The vectors sidecar loads as a private map of its file: damage is caught as on a read,
     its arrays are aligned (views, no copy), and what the fold then writes (a deleted row
@@ -240,18 +240,6 @@ def test_a_mapped_sidecar_is_verified_aligned_and_private(tmp_path: Path) -> Non
     assert snaps.map_blob(blob) is None
     path.unlink()
     assert snaps.map_blob(blob) is None
-
-
-def mapped_rss_kb(path: Path) -> int:
-    """Resident kB of this process's mappings of ``path`` (/proc/self/smaps)."""
-    total, inside = 0, False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()
-        if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # a mapping's first line
-            inside = len(head) >= 6 and head[5] == str(path)
-        elif inside and line.startswith("Rss:"):
-            total += int(head[1])
-    return total
 
 
 def test_a_checkpoint_maps_the_vectors_it_wrote(tmp_path: Path) -> None:

@@ -7,9 +7,7 @@ from __future__ import annotations
 import mmap
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -18,8 +16,8 @@ from memstream.projections.vectors import VectorProjection
 from memstream.projections.vectors.segment import CHUNK
 from memstream.projections.vectors.spill import Spill, page_out, release, spilled
 from memstream.streams.snapshots import SnapshotStore
+from tests.support.blob_watch import resident_while_saving
 from tests.support.vector_events import DIM, A, store, unit, update
-from tests.system.test_vectors_snapshots import mapped_rss_kb as mapped_kb
 
 ROWS = CHUNK + CHUNK // 2  # one full chunk and a partial one
 
@@ -147,18 +145,7 @@ def test_a_checkpoint_hands_back_the_loaded_sidecars_pages_as_it_writes(
     old = snaps.blob_path(body["blob"])
     restored.apply(n, store(n + 1, unit(n, wide)))
     restored.apply(n + 1, update(5, -unit(4, wide)))  # changes a mapped row: a private page
-    resident: list[int] = []
-    save_blob = SnapshotStore.save_blob
-
-    def watched(self: SnapshotStore, name: str, data: Any) -> str:
-        def parts() -> Iterator[Any]:
-            for part in data:
-                yield part
-                resident.append(mapped_kb(old))
-
-        return save_blob(self, name, parts())
-
-    monkeypatch.setattr(SnapshotStore, "save_blob", watched)
+    resident = resident_while_saving(monkeypatch, old)
     second = restored.to_snapshot()
     monkeypatch.undo()
     vectors_kb = n * wide * 4 // 1024
