@@ -16,9 +16,10 @@ def limit_arenas(env: Mapping[str, str]) -> int | None:
 
     glibc gives each thread that allocates its own arena, up to 8 per core, and memory freed in
     one arena is not reused by another. A server's periodic checkpoint runs on its own thread:
-    at 1M memories its arena grew by what the start had already freed on the main thread, about
-    0.13 GB over one arena (docs/benchmarks.md, "A running server's checkpoint with room (wave
-    12)"). Run before the server starts any thread: arenas made before it stay."""
+    at 1M memories its peak was 65-130 MB higher than with one arena, what the start had already
+    freed on the main thread not being reused there (docs/benchmarks.md, "A running server's
+    checkpoint with room (wave 12)"). Run before the server starts any thread: arenas made
+    before it stay."""
     if not sys.platform.startswith("linux") or "MALLOC_ARENA_MAX" in env:
         return None
     try:
