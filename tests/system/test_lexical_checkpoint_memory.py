@@ -25,7 +25,7 @@ from memstream.projections.vectors.spill import page_out
 from memstream.streams.snapshots import SnapshotStore
 from tests.support.blob_watch import mapped_rss_kb as mapped_kb
 from tests.support.blob_watch import resident_while_saving
-from tests.unit.test_lexical import answers, deleted, fold, stored
+from tests.unit.test_lexical import A, answers, deleted, fold, stored
 
 
 def traced_peak(work: Callable[[], object]) -> int:
@@ -165,3 +165,27 @@ def test_a_restored_sidecar_is_written_again_from_its_own_pages(
     again.agents = sidecar.read(mv, "again", rows_of(orjson.loads(orjson.dumps(restored.to_snapshot()))))
     again.offset = restored.offset
     assert answers(again) == answers(fold(*more, proj=live))
+
+
+def test_a_restored_sidecar_is_written_again_without_what_was_deleted_since(tmp_path: Path) -> None:
+    """The runs of the map go through the same renumbering as before when rows died since the
+    restore: their slots, and words and grams only they held, are left out of the new sidecar."""
+    store = SnapshotStore(tmp_path)
+    live = fold(stored(1, "zanzibarquux lonely harbour"), proj=many_rows(5_000))
+    live.blobs = store
+    restored = LexicalProjection(store)
+    restored.load_snapshot(orjson.loads(orjson.dumps(live.to_snapshot())))
+    more = [deleted(1), deleted(17), stored(6_000, "word3 fresh row"), deleted(4_000)]
+    fold(*more, proj=restored)
+    idx = restored.agents["a"]
+    assert idx.post.base and idx.dead == 3  # packed views of the map, dead slots not compacted
+    sidecar.write(store, "lexical-again", restored.agents, "again")
+    blob = store.blob_path("lexical-again").read_bytes()
+    assert b"zanzibarquux" not in blob and b"zanzibarqu" not in blob
+    mv = store.map_blob("lexical-again")
+    assert mv is not None
+    again = LexicalProjection()
+    again.agents = sidecar.read(mv, "again", rows_of(orjson.loads(orjson.dumps(restored.to_snapshot()))))
+    again.offset = restored.offset
+    assert answers(again) == answers(fold(*more, proj=live))
+    assert again.keyword(A, "zanzib", 5) == [] and again.search(A, "lonely", 5) == []
