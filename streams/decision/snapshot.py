@@ -140,6 +140,8 @@ def _msg_ids(held: dict[str, Any] | list[list[Any]], n: int) -> list[str | None]
             out[row] = msg_id
         return out
     values = held["values"]
+    if not isinstance(values, list):
+        raise TypeError("msg id values are not a list")
     rows = _unb64(held["rows"], "<u4", len(values))
     if rows.shape[0] and (int(rows.max()) >= n or not bool(np.all(rows[1:] > rows[:-1]))):
         raise ValueError("msg id rows out of order or past the memories")

@@ -105,8 +105,9 @@ def test_damaged_columns_are_refused() -> None:
     msg_unordered = {**cols, "msg_ids": {"rows": msg_rows, "values": ["a", "b"]}}
     msg_past = {**cols, "msg_ids": {"rows": base64.b64encode(np.array([9], "<u4").tobytes()).decode(), "values": ["a"]}}
     msg_count = {**cols, "msg_ids": {"rows": msg_rows, "values": ["a"]}}
-    for bad in (short, past_table, unordered, wrong_n, msg_unordered, msg_past, msg_count):
-        with pytest.raises(ValueError):
+    msg_text = {**cols, "msg_ids": {"rows": msg_rows, "values": "ab"}}
+    for bad in (short, past_table, unordered, wrong_n, msg_unordered, msg_past, msg_count, msg_text):
+        with pytest.raises((ValueError, TypeError)):
             memories_from_columns(bad)
     with pytest.raises(ValueError, match="format"):
         DecisionState.from_snapshot({"format": 1, "num_partitions": 1, "agents": {}})
