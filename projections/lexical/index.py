@@ -253,21 +253,22 @@ class AgentIndex:
             rows.extend(part)
         return rows
 
+    def live_slots(self) -> np.ndarray:
+        """The live rows' slots in creation order (ties in ``slot_of``'s order, as ``live_rows``),
+        ordered in numpy: no tuple and sort key per row."""
+        slots = np.fromiter(self.slot_of.values(), dtype=np.int64, count=len(self.slot_of))
+        return slots[np.argsort(self.seq[slots], kind="stable")]
+
     def snapshot_row_parts(self, size: int) -> Iterator[list[list[Any]]]:
-        """``snapshot_rows`` ``size`` at a time, ordered in numpy (no tuple and sort key per row
-        beside the lists), so a part at a time the rows can be hashed without being held
-        (docs/benchmarks.md, "The lexical checkpoint's peak (wave 10)")."""
-        refs = list(self.slot_of)
-        slots = np.fromiter(self.slot_of.values(), dtype=np.int64, count=len(refs))
-        order = np.argsort(self.seq[slots], kind="stable")  # ties as live_rows: slot_of's order
-        slots = slots[order]
-        names, texts = self.names, self.texts
-        for a in range(0, len(refs), size):
+        """``snapshot_rows`` ``size`` at a time, so a part at a time the rows can be hashed
+        without being held (docs/benchmarks.md, "The lexical checkpoint's peak (wave 10)")."""
+        slots = self.live_slots()
+        refs, names, texts = self.refs, self.names, self.texts  # a live slot's ref: its slot_of key
+        for a in range(0, slots.shape[0], size):
             part = slots[a : a + size]
             yield [
-                [refs[i], names[p], names[c], q, texts[s]]
-                for i, s, p, c, q in zip(
-                    order[a : a + size].tolist(),
+                [refs[s], names[p], names[c], q, texts[s]]
+                for s, p, c, q in zip(
                     part.tolist(),
                     self.proj[part].tolist(),
                     self.chan[part].tolist(),

@@ -8,7 +8,6 @@ columns they are two lists of strings the index already holds, and three base64 
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,17 +15,7 @@ from typing import Any
 import numpy as np
 
 from memstream.projections.lexical.index import AgentIndex, Row
-
-
-def _b64(arr: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(arr).data).decode("ascii")
-
-
-def _unb64(text: str, dtype: str, n: int) -> np.ndarray:
-    arr = np.frombuffer(base64.b64decode(text, validate=True), dtype=dtype)
-    if arr.shape[0] != n:
-        raise ValueError(f"lexical rows column of {arr.shape[0]} entries, expected {n}")
-    return arr
+from memstream.streams.base64_columns import decode, encode
 
 
 @dataclass(frozen=True)
@@ -47,8 +36,7 @@ class SnapshotRows:
 
     @classmethod
     def of_index(cls, idx: AgentIndex) -> SnapshotRows:
-        slots = np.fromiter(idx.slot_of.values(), dtype=np.int64, count=len(idx.slot_of))
-        slots = slots[np.argsort(idx.seq[slots], kind="stable")]  # ties as live_rows: slot_of's order
+        slots = idx.live_slots()
         proj, chan = idx.proj[slots], idx.chan[slots]
         used = np.union1d(proj, chan)
         names = [idx.names[c] for c in used.tolist()]
@@ -57,7 +45,7 @@ class SnapshotRows:
         recode[used[by_name]] = np.arange(used.shape[0], dtype=np.uint32)
         # Picked through object arrays: a list of slot numbers would be an int object per row.
         return cls(
-            refs=np.array(idx.refs, dtype=object)[slots].tolist(),  # a live slot's ref: slot_of's key
+            refs=np.array(idx.refs, dtype=object)[slots].tolist(),
             texts=np.array(idx.texts, dtype=object)[slots].tolist(),  # live slots hold text
             seq=idx.seq[slots],
             names=[names[i] for i in by_name],
@@ -88,21 +76,21 @@ class SnapshotRows:
             raise TypeError("lexical rows columns are not lists")
         if len(refs) != n or len(texts) != n:
             raise ValueError("lexical rows columns of unequal lengths")
-        project = _unb64(body["project"], "<u4", n)
-        channel = _unb64(body["channel"], "<u4", n)
+        project = decode(body["project"], "<u4", n)
+        channel = decode(body["channel"], "<u4", n)
         if n and max(int(project.max()), int(channel.max())) >= len(names):
             raise ValueError("lexical rows name a project or channel past their table")
-        return cls(refs, texts, _unb64(body["seq"], "<i8", n), names, project, channel)
+        return cls(refs, texts, decode(body["seq"], "<i8", n), names, project, channel)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "n": len(self.refs),
             "refs": self.refs,
             "texts": self.texts,
-            "seq": _b64(self.seq.astype("<i8", copy=False)),
+            "seq": encode(self.seq.astype("<i8", copy=False)),
             "names": self.names,
-            "project": _b64(self.project.astype("<u4", copy=False)),
-            "channel": _b64(self.channel.astype("<u4", copy=False)),
+            "project": encode(self.project.astype("<u4", copy=False)),
+            "channel": encode(self.channel.astype("<u4", copy=False)),
         }
 
     def rows(self) -> Iterator[Row]:

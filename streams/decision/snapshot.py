@@ -16,20 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from memstream.streams.base64_columns import decode, encode
 from memstream.streams.decision.facts import MemoryFacts, intern_models
 
 _KEY_BYTES = 16  # keys.content_key's digest size
-
-
-def _b64(arr: np.ndarray | bytes | bytearray) -> str:
-    return base64.b64encode(arr if isinstance(arr, bytes | bytearray) else arr.tobytes()).decode("ascii")
-
-
-def _unb64(text: str, dtype: str, n: int) -> np.ndarray:
-    arr = np.frombuffer(base64.b64decode(text, validate=True), dtype=dtype)
-    if arr.shape[0] != n:
-        raise ValueError(f"column of {arr.shape[0]} entries, expected {n}")
-    return arr
 
 
 class _Table:
@@ -78,15 +68,15 @@ def memories_to_columns(memories: dict[int, MemoryFacts]) -> dict[str, Any]:
             locked.append(row)
     return {
         "n": n,
-        "ids": _b64(np.asarray(ids, "<i8")),
+        "ids": encode(np.asarray(ids, "<i8")),
         "strings": strings.values,
-        "project": _b64(project),
-        "channel": _b64(channel),
-        "source": _b64(source),
+        "project": encode(project),
+        "channel": encode(channel),
+        "source": encode(source),
         "model_sets": [list(m) for m in model_sets.values],
-        "models": _b64(models),
-        "content_keys": _b64(keys),
-        "msg_ids": {"rows": _b64(np.flatnonzero(has_msg_id).astype("<u4")), "values": msg_ids},
+        "models": encode(models),
+        "content_keys": encode(keys),
+        "msg_ids": {"rows": encode(np.flatnonzero(has_msg_id).astype("<u4")), "values": msg_ids},
         "locked": locked,
     }
 
@@ -95,7 +85,7 @@ def memories_from_columns(cols: dict[str, Any]) -> dict[int, MemoryFacts]:
     """The memories by id, in id order, from format 4's columns or format 3's (told apart by
     their msg ids); raises ``ValueError`` (and the like) on a damaged layout."""
     n = cols["n"]
-    id_column = _unb64(cols["ids"], "<i8", n)
+    id_column = decode(cols["ids"], "<i8", n)
     if n > 1 and not bool(np.all(id_column[1:] > id_column[:-1])):
         raise ValueError("memory ids not in ascending order")
     ids = id_column.tolist()
@@ -104,7 +94,7 @@ def memories_from_columns(cols: dict[str, Any]) -> dict[int, MemoryFacts]:
     sets[:] = [intern_models(*m) for m in cols["model_sets"]] or [()]
 
     def pick(table: np.ndarray, column: str) -> list[Any]:
-        index = _unb64(cols[column], "<u4", n)
+        index = decode(cols[column], "<u4", n)
         if n and int(index.max()) >= len(table):
             raise ValueError(f"column {column} names a value past its table")
         return table[index].tolist()  # type: ignore[no-any-return]
@@ -142,7 +132,7 @@ def _msg_ids(held: dict[str, Any] | list[list[Any]], n: int) -> list[str | None]
     values = held["values"]
     if not isinstance(values, list):
         raise TypeError("msg id values are not a list")
-    rows = _unb64(held["rows"], "<u4", len(values))
+    rows = decode(held["rows"], "<u4", len(values))
     if rows.shape[0] and (int(rows.max()) >= n or not bool(np.all(rows[1:] > rows[:-1]))):
         raise ValueError("msg id rows out of order or past the memories")
     if rows.shape[0] == n:  # every memory has one: the rows are 0..n-1
