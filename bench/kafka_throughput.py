@@ -11,7 +11,8 @@ Everything is real processes on loopback: `memstream worker` ×N, `memstream ser
 Kafka's. ``--embedder default`` embeds on the workers with the default model: each Kafka store
 run then sits between two windows of the model's standalone rate on the same texts (as
 bench/store_throughput.py does), and reports its ratio to it and what the workers' batchers did;
-``--regroup 0,1`` alternates MEMSTREAM_EMBED_BATCH_REGROUP on the workers. Stores spread over 64
+``--regroup 0,1`` alternates MEMSTREAM_EMBED_BATCH_REGROUP on the workers (``--spin never,call``
+MEMSTREAM_EMBEDDING_SPIN), in reverse order every other round. Stores spread over 64
 agents, so every partition has work. Results: JSON on stdout and in bench/results/kafka.json.
 
     python bench/kafka_throughput.py --embedder default --workers 1 --stores 800 --trials 50 \
@@ -329,13 +330,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     model = None
     if args.embedder != "none":
         model = ModelRate(texts=[store_text("kafka", n % args.clients, n // args.clients) for n in range(4_096)])
-    variants = [{"MEMSTREAM_EMBED_BATCH_REGROUP": v} for v in args.regroup.split(",")] if args.regroup else [{}]
+    regroups = [{"MEMSTREAM_EMBED_BATCH_REGROUP": v} for v in args.regroup.split(",") if v] or [{}]
+    spins = [{"MEMSTREAM_EMBEDDING_SPIN": v} for v in args.spin.split(",") if v] or [{}]
+    variants = [regroup | spin for regroup in regroups for spin in spins]
     if not args.only_rebuild:
         if not args.skip_embedded:
             report["embedded_baseline"] = await embedded_run(args)
         for rnd in range(args.rounds):
             for w in [int(x) for x in args.workers.split(",")]:
-                for variant in variants:
+                for variant in variants if rnd % 2 == 0 else variants[::-1]:  # A/B, then B/A
                     run = await kafka_run(w, args, model, variant)
                     run["round"] = rnd
                     print(json.dumps(run), flush=True)
@@ -371,7 +374,10 @@ def main() -> None:
     ap.add_argument("--only-rebuild", action="store_true", help="only the replay-rate measurement")
     ap.add_argument("--embedder", default="none", choices=["none", "default"], help="embed on the workers")
     ap.add_argument("--regroup", default="", help="MEMSTREAM_EMBED_BATCH_REGROUP values to alternate (e.g. 0,1)")
-    ap.add_argument("--rounds", type=int, default=1, help="repeat the Kafka runs (with --regroup: A/B/A/B)")
+    ap.add_argument(
+        "--spin", default="", help="MEMSTREAM_EMBEDDING_SPIN values on the workers, alternating with --regroup's"
+    )
+    ap.add_argument("--rounds", type=int, default=1, help="repeat the Kafka runs (with --regroup: A/B, then B/A)")
     ap.add_argument("--skip-embedded", action="store_true", help="no embedded-server baseline")
     ap.add_argument(
         "--no-rebuild-after", dest="rebuild_after", action="store_false", help="no replay after each Kafka run"

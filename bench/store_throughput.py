@@ -401,7 +401,9 @@ async def http_runs(
     recalls: int = 0,
 ) -> list[dict[str, Any]]:
     """Each run on a server of its own, so what its batcher logs at stop is that run's.
-    ``variants`` (settings given to the default embedder's server) alternate within each round.
+    ``variants`` (settings given to the default embedder's server) alternate within each round,
+    in reverse order every other round (a host that slows or speeds up across a round does
+    not favour one side).
     With ``model``, each run with the default embedder sits between two windows of the
     model's standalone rate (the server idle meanwhile): ``ratio_to_model_batch_rate`` is its
     stores/s over the mean of the two windows' best batch rates, ``model_cpu_share_of_store``
@@ -412,7 +414,8 @@ async def http_runs(
         for sync in syncs:
             for emb in embedders:
                 for c in clients:
-                    for variant in (variants or [{}]) if emb == "default" else without_regroup(variants):
+                    ordered = (variants or [{}]) if emb == "default" else without_regroup(variants)
+                    for variant in ordered if rnd % 2 == 0 else ordered[::-1]:  # A/B, then B/A
                         r = await one_run(emb, c, stores, sync, model, variant, recalls if c == 1 else 0)
                         r["round"] = rnd
                         results.append(r)
@@ -420,7 +423,7 @@ async def http_runs(
     return results
 
 
-BATCHER_SETTINGS = ("MEMSTREAM_EMBED_BATCH_REGROUP", "MEMSTREAM_EMBED_CONCURRENT_CALLS")
+BATCHER_SETTINGS = ("MEMSTREAM_EMBED_BATCH_REGROUP", "MEMSTREAM_EMBED_CONCURRENT_CALLS", "MEMSTREAM_EMBEDDING_SPIN")
 
 
 def without_regroup(variants: list[dict[str, str]] | None) -> list[dict[str, str]]:
@@ -452,6 +455,9 @@ async def one_run(
             r["model_before"], r["model_after"] = before, after
             ceiling = (ModelRate.best(before) + ModelRate.best(after)) / 2
             r["ratio_to_model_batch_rate"] = round(r["stores_per_s"] / ceiling, 3)
+            # The issue's own yardstick: the embedder's rate in calls of 8, one at a time.
+            batch_8 = (before["texts_per_s_batch_8"] + after["texts_per_s_batch_8"]) / 2
+            r["ratio_to_one_call_batch_8"] = round(r["stores_per_s"] / batch_8, 3)
             # The same question in CPU: the model's own cost per text at its cheapest batch size
             # over what a store cost the server and the client.
             model_cpu = (ModelRate.cheapest(before) + ModelRate.cheapest(after)) / 2
@@ -624,6 +630,13 @@ def main() -> None:
         help="MEMSTREAM_EMBED_CONCURRENT_CALLS values for the default embedder's server, alternating "
         "within each round like --regroup (e.g. 1,2: one model call at a time, or two at once)",
     )
+    ap.add_argument(
+        "--spin",
+        default="",
+        help="MEMSTREAM_EMBEDDING_SPIN values for the default embedder's server, alternating within "
+        "each round like --regroup (e.g. never,call,always; the model's own windows run this "
+        "process's setting, the default unless the variable is set here)",
+    )
     ap.add_argument("--rounds", type=int, default=1, help="repeat the HTTP runs (with --regroup: A/B/A/B)")
     ap.add_argument(
         "--code",
@@ -651,10 +664,17 @@ def main() -> None:
     model = ModelRate(max(int(x) for x in args.clients.split(","))) if "default" in args.embedders.split(",") else None
     regroups = [{"MEMSTREAM_EMBED_BATCH_REGROUP": v} for v in args.regroup.split(",")] if args.regroup else [{}]
     calls = [{"MEMSTREAM_EMBED_CONCURRENT_CALLS": v} for v in args.concurrent_calls.split(",") if v] or [{}]
+    spins = [{"MEMSTREAM_EMBEDDING_SPIN": v} for v in args.spin.split(",") if v] or [{}]
+    if model is not None:
+        report["model_spin"] = getattr(model.emb, "spin", None)  # how the model's own windows ran
     scratch = Path(tempfile.mkdtemp(prefix="ms-bench-code-"))
     try:
         variants = [
-            code | regroup | n for code in code_variants(args.code, scratch) for regroup in regroups for n in calls
+            code | regroup | n | spin
+            for code in code_variants(args.code, scratch)
+            for regroup in regroups
+            for n in calls
+            for spin in spins
         ]
         report["http"] = asyncio.run(
             http_runs(

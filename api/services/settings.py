@@ -42,8 +42,10 @@ class Settings(BaseModel):
     embed_batch_max: int = Field(default=64, ge=1, le=4096)
     embed_batch_wait_ms: float = Field(default=0.0, ge=0, le=100)
     # After a call with several callers, wait up to this many times its duration for them to
-    # come back before the next call (0: never, the default; never after a lone caller's call).
-    embed_batch_regroup: float = Field(default=0.0, ge=0, le=10)
+    # come back before the next call (0: never; never after a lone caller's call). On by
+    # default since 8 clients' calls of 8 texts beat two groups' calls of 4 (docs/embedding.md,
+    # "Spinning within a call").
+    embed_batch_regroup: float = Field(default=1.0, ge=0, le=10)
     # Model calls that may run at once (a local ONNX model's intra-op threads become cores / N).
     embed_concurrent_calls: int = Field(default=1, ge=1, le=8)
     # How long a read waits for the projections to reach the caller's own write (R12).

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from memstream.api.services.embed_batcher import EmbedBatcher
 from memstream.api.services.embedders import Embedders
-from memstream.api.services.settings import Settings
+from memstream.api.services.settings import Settings, load_settings
 from tests.support.embedders import HashEmbedder
 
 
@@ -333,6 +333,14 @@ async def alone_then_together(
     await asyncio.sleep(0)
     model.gate.set()
     return first, together
+
+
+def test_the_default_settings_wait_for_a_calls_callers() -> None:
+    """On by default (regroup 1): 8 clients' calls of 8 texts beat two groups taking turns
+    (docs/embedding.md, "Spinning within a call"); ``MEMSTREAM_EMBED_BATCH_REGROUP=0`` turns it off."""
+    assert Embedders(Settings(data_dir=Path("unused")), HashEmbedder()).batcher(HashEmbedder()).regroup == 1.0
+    assert load_settings({}).embed_batch_regroup == 1.0
+    assert load_settings({"MEMSTREAM_EMBED_BATCH_REGROUP": "0"}).embed_batch_regroup == 0.0
 
 
 async def test_a_lone_caller_never_waits_for_company() -> None:
