@@ -45,7 +45,10 @@ class EmbedBatcher:
 
     With ``regroup`` > 0, after a call that had company (two callers or more), the model waits
     for that call's callers to come back before its next call, at most ``regroup`` times that
-    call's duration: closed-loop clients otherwise split into groups that take turns, and the
+    call's duration and never more than ``regroup_max_s``: callers that come back do so within
+    the server's own turnaround (about 6 ms measured), whatever the model's speed, and a longer
+    wait (a slow /embed server's call) would only delay a newcomer when they do not come back.
+    Closed-loop clients otherwise split into groups that take turns, and the
     model runs many small calls (about 3 texts for 8 clients, 40% of them single), each dearer
     per text than one call of all. It never waits after a lone caller's call, nor after a failed
     call. Settings turn it on by default (1): with the model's threads spinning within a call,
@@ -72,6 +75,7 @@ class EmbedBatcher:
         max_texts: int = 64,
         max_wait_s: float = 0.0,
         regroup: float = 0.0,
+        regroup_max_s: float = 0.02,
         concurrent_calls: int = 1,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.perf_counter,
@@ -81,6 +85,8 @@ class EmbedBatcher:
             raise ValueError("max_texts must be at least 1")
         if regroup < 0:
             raise ValueError("regroup must not be negative")
+        if regroup_max_s < 0:
+            raise ValueError("regroup_max_s must not be negative")
         if concurrent_calls < 1:
             raise ValueError("concurrent_calls must be at least 1")
         self._embed = embed
@@ -88,6 +94,7 @@ class EmbedBatcher:
         self.max_texts = max_texts
         self.max_wait_s = max_wait_s
         self.regroup = regroup
+        self.regroup_max_s = regroup_max_s
         self.concurrent_calls = concurrent_calls
         self._sleep = sleep  # the wait for company (a test drives it without the clock)
         self._clock = clock
@@ -187,7 +194,8 @@ class EmbedBatcher:
             except RuntimeError:  # its loop closed without stopping the run: nobody is left to answer
                 self._end(run)
             if len(next_batch) > 1 and not isinstance(outcome, Exception) and self.regroup > 0:
-                self._await_callers(run, others + len(next_batch), self.regroup * (end - start))
+                bound = min(self.regroup * (end - start), self.regroup_max_s)
+                self._await_callers(run, others + len(next_batch), bound)
             next_batch = self._take(run)
         return np.zeros((0, 0), dtype=np.float32)
 

@@ -95,6 +95,7 @@ class Embedders:
                 max_texts=self.settings.embed_batch_max,
                 max_wait_s=self.settings.embed_batch_wait_ms / 1000,
                 regroup=self.settings.embed_batch_regroup,
+                regroup_max_s=self.settings.embed_batch_regroup_max_ms / 1000,
                 concurrent_calls=self.settings.embed_concurrent_calls,
             )
             self._batchers[id(emb)] = batcher

@@ -46,6 +46,9 @@ class Settings(BaseModel):
     # default since 8 clients' calls of 8 texts beat two groups' calls of 4 (docs/embedding.md,
     # "Spinning within a call").
     embed_batch_regroup: float = Field(default=1.0, ge=0, le=10)
+    # ... and never longer than this: a caller comes back within the server's own turnaround,
+    # whatever the model's speed, so a slow model's long call is no reason to wait longer.
+    embed_batch_regroup_max_ms: float = Field(default=20.0, ge=0, le=1000)
     # Model calls that may run at once (a local ONNX model's intra-op threads become cores / N).
     embed_concurrent_calls: int = Field(default=1, ge=1, le=8)
     # How long a read waits for the projections to reach the caller's own write (R12).
@@ -207,6 +210,7 @@ _ENV = {
     "embed_batch_max": "MEMSTREAM_EMBED_BATCH_MAX",
     "embed_batch_wait_ms": "MEMSTREAM_EMBED_BATCH_WAIT_MS",
     "embed_batch_regroup": "MEMSTREAM_EMBED_BATCH_REGROUP",
+    "embed_batch_regroup_max_ms": "MEMSTREAM_EMBED_BATCH_REGROUP_MAX_MS",
     "embed_concurrent_calls": "MEMSTREAM_EMBED_CONCURRENT_CALLS",
     "read_your_writes_timeout_s": "MEMSTREAM_READ_YOUR_WRITES_TIMEOUT",
     "acl_file": "MEMSTREAM_ACL_FILE",

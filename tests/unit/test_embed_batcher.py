@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from memstream.api.services.embed_batcher import EmbedBatcher
 from memstream.api.services.embedders import Embedders
-from memstream.api.services.settings import Settings, load_settings
+from memstream.api.services.settings import Settings, SettingsError, load_settings
 from tests.support.embedders import HashEmbedder
 
 
@@ -363,12 +363,42 @@ async def test_the_wait_after_a_shared_call_is_bounded_by_that_call_s_duration()
         now[0] += 3 if len(texts) > 1 else 1
         return model.embed(texts)
 
-    batcher = EmbedBatcher(embed, model.run_blocking, regroup=0.5, clock=lambda: now[0], wait_for=waits)
+    batcher = EmbedBatcher(
+        embed, model.run_blocking, regroup=0.5, regroup_max_s=10.0, clock=lambda: now[0], wait_for=waits
+    )
     first, pair = await alone_then_together(batcher, model, ("b", "c"))
     await asyncio.gather(first, *pair)
     assert model.batches == [["first"], ["b", "c"]]
     assert waits.bounds == [1.5]
     assert batcher.regroup_waits == 1
+
+
+async def test_the_wait_is_never_longer_than_its_cap_however_slow_the_call() -> None:
+    """A call that took 3 (a slow /embed server's) is followed by a wait of at most the cap,
+    not 3: callers that come back do so within the server's own turnaround."""
+    now = [0.0]
+    model, waits = GatedModel(), Waits()
+
+    def embed(texts: list[str]) -> np.ndarray:
+        now[0] += 3 if len(texts) > 1 else 1
+        return model.embed(texts)
+
+    batcher = EmbedBatcher(
+        embed, model.run_blocking, regroup=1.0, regroup_max_s=0.02, clock=lambda: now[0], wait_for=waits
+    )
+    first, pair = await alone_then_together(batcher, model, ("b", "c"))
+    await asyncio.gather(first, *pair)
+    assert waits.bounds == [0.02]
+    with pytest.raises(ValueError, match="regroup_max_s"):
+        EmbedBatcher(embed, model.run_blocking, regroup=1.0, regroup_max_s=-1)
+
+
+def test_the_default_settings_cap_the_wait_at_20_ms() -> None:
+    embedders = Embedders(Settings(data_dir=Path("unused")), HashEmbedder())
+    assert embedders.batcher(HashEmbedder()).regroup_max_s == 0.02
+    assert load_settings({"MEMSTREAM_EMBED_BATCH_REGROUP_MAX_MS": "5"}).embed_batch_regroup_max_ms == 5.0
+    with pytest.raises(SettingsError, match="MEMSTREAM_EMBED_BATCH_REGROUP_MAX_MS"):
+        load_settings({"MEMSTREAM_EMBED_BATCH_REGROUP_MAX_MS": "-1"})
 
 
 async def test_a_failed_shared_call_fails_its_callers_without_a_wait() -> None:
