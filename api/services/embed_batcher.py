@@ -52,7 +52,7 @@ class EmbedBatcher:
     model runs many small calls (about 3 texts for 8 clients, 40% of them single), each dearer
     per text than one call of all. It never waits after a lone caller's call, nor after a failed
     call. Settings turn it on by default (1): with the model's threads spinning within a call,
-    8 clients' stores/s rose by a median 10 % over two groups taking turns (docs/embedding.md,
+    8 clients' stores/s rose by a median 8 % over two groups taking turns (docs/embedding.md,
     "Spinning within a call"; before that the idle wait cost about what the larger calls saved).
 
     With ``concurrent_calls`` N > 1, once as many texts are queued as the smallest running call
