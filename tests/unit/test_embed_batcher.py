@@ -353,9 +353,11 @@ async def test_a_lone_caller_never_waits_for_company() -> None:
     assert waits.bounds == [] and batcher.regroup_waits == 0
 
 
-async def test_the_wait_after_a_shared_call_is_bounded_by_that_call_s_duration() -> None:
-    """A call of two callers that took 3 (injected clock) is followed by a wait of at most
-    ``regroup`` x 3; a call of one caller by none."""
+async def waits_after_a_slow_shared_call(
+    regroup: float, regroup_max_s: float
+) -> tuple[EmbedBatcher, GatedModel, Waits]:
+    """A lone caller's call that takes 1 (injected clock), then a call of two callers that takes
+    3: the batcher, the model and the waits the model's thread would make."""
     now = [0.0]
     model, waits = GatedModel(), Waits()
 
@@ -364,10 +366,17 @@ async def test_the_wait_after_a_shared_call_is_bounded_by_that_call_s_duration()
         return model.embed(texts)
 
     batcher = EmbedBatcher(
-        embed, model.run_blocking, regroup=0.5, regroup_max_s=10.0, clock=lambda: now[0], wait_for=waits
+        embed, model.run_blocking, regroup=regroup, regroup_max_s=regroup_max_s, clock=lambda: now[0], wait_for=waits
     )
     first, pair = await alone_then_together(batcher, model, ("b", "c"))
     await asyncio.gather(first, *pair)
+    return batcher, model, waits
+
+
+async def test_the_wait_after_a_shared_call_is_bounded_by_that_call_s_duration() -> None:
+    """A call of two callers that took 3 is followed by a wait of at most ``regroup`` x 3; a
+    call of one caller by none."""
+    batcher, model, waits = await waits_after_a_slow_shared_call(0.5, 10.0)
     assert model.batches == [["first"], ["b", "c"]]
     assert waits.bounds == [1.5]
     assert batcher.regroup_waits == 1
@@ -376,21 +385,10 @@ async def test_the_wait_after_a_shared_call_is_bounded_by_that_call_s_duration()
 async def test_the_wait_is_never_longer_than_its_cap_however_slow_the_call() -> None:
     """A call that took 3 (a slow /embed server's) is followed by a wait of at most the cap,
     not 3: callers that come back do so within the server's own turnaround."""
-    now = [0.0]
-    model, waits = GatedModel(), Waits()
-
-    def embed(texts: list[str]) -> np.ndarray:
-        now[0] += 3 if len(texts) > 1 else 1
-        return model.embed(texts)
-
-    batcher = EmbedBatcher(
-        embed, model.run_blocking, regroup=1.0, regroup_max_s=0.02, clock=lambda: now[0], wait_for=waits
-    )
-    first, pair = await alone_then_together(batcher, model, ("b", "c"))
-    await asyncio.gather(first, *pair)
+    _, _, waits = await waits_after_a_slow_shared_call(1.0, 0.02)
     assert waits.bounds == [0.02]
     with pytest.raises(ValueError, match="regroup_max_s"):
-        EmbedBatcher(embed, model.run_blocking, regroup=1.0, regroup_max_s=-1)
+        EmbedBatcher(HashEmbedder().embed, GatedModel().run_blocking, regroup=1.0, regroup_max_s=-1)
 
 
 def test_the_default_settings_cap_the_wait_at_20_ms() -> None:
