@@ -10,7 +10,6 @@ over the format-2 rows (``DecisionState.canonical``), so states compare across f
 
 from __future__ import annotations
 
-import base64
 from sys import intern
 from typing import Any
 
@@ -99,12 +98,9 @@ def memories_from_columns(cols: dict[str, Any]) -> dict[int, MemoryFacts]:
             raise ValueError(f"column {column} names a value past its table")
         return table[index].tolist()  # type: ignore[no-any-return]
 
-    raw_keys = base64.b64decode(cols["content_keys"], validate=True)
-    if len(raw_keys) != n * _KEY_BYTES:
-        raise ValueError("content keys column of the wrong length")
     # One bytes object per key, split in C (a void dtype keeps trailing zero bytes, unlike "S"):
     # ~3x faster than slicing in a loop (0.26 -> 0.09 s at 1M).
-    keys: list[bytes] = np.frombuffer(raw_keys, f"V{_KEY_BYTES}").tolist()
+    keys: list[bytes] = decode(cols["content_keys"], f"V{_KEY_BYTES}", n).tolist()
     msg_ids = _msg_ids(cols["msg_ids"], n)
     locked = [False] * n
     for row in cols["locked"]:
