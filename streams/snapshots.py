@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import logging
 import mmap
 import os
@@ -34,6 +35,10 @@ payload_pieces: Callable[[Any], Iterable[bytes]] = json_pieces.pieces
 # Temporary files this process is writing now: a sweep must not take them from under a save.
 _writing: set[Path] = set()
 _writing_lock = threading.Lock()
+# Each save's own temporary name (``.<name>.<pid>-<n>.tmp``): a rebuild's checkpoint and the
+# running server's of the same read model, in one process at once, shared ``.<name>.<pid>.tmp``;
+# the second open truncated the first's file, and the later rename found nothing to move.
+_save_numbers = itertools.count()
 
 _MAGIC = b"MSSNAP1\n"
 _BLOB_MAGIC = b"MSBLOB1\n"
@@ -154,14 +159,15 @@ class SnapshotStore:
 
     def sweep_orphans(self) -> list[Path]:
         """Delete temporary files a killed writer left behind. A save killed between its write
-        and its rename leaves ``.<name>.<pid>.tmp`` holding folded state (plaintext of records
-        an erasure may take later), which no load reads and nothing else would ever remove. A
+        and its rename leaves ``.<name>.<pid>-<n>.tmp`` (``.<name>.<pid>.tmp`` before wave 14)
+        holding folded state (plaintext of records an erasure may take later), which no load
+        reads and nothing else would ever remove. A
         file is an orphan when its writer's process is gone, or when the pid is this process's
         (a restarted container often reuses it) but no save of this process is writing it."""
         removed = []
         for tmp in self.directory.glob(".*.tmp"):
             try:
-                pid = int(tmp.name.rsplit(".", 2)[-2])
+                pid = int(tmp.name.rsplit(".", 2)[-2].partition("-")[0])
             except (IndexError, ValueError):
                 continue  # not one of ours
             with _writing_lock:
@@ -175,8 +181,8 @@ class SnapshotStore:
         return removed
 
     def _begin(self, target: Path) -> Path:
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         with _writing_lock:
+            tmp = target.with_name(f".{target.name}.{os.getpid()}-{next(_save_numbers)}.tmp")
             _writing.add(tmp)
         return tmp
 
