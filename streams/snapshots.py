@@ -8,6 +8,7 @@ kill at any moment leaves either the old snapshot or the new one, never half of 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import itertools
@@ -107,6 +108,41 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True  # another user's process
     return True
+
+
+REWRITE_LOCK = ".rewrite.lock"
+
+
+class RewriteLock:
+    """Held while checkpoints are written that older state must not overwrite: an erasure's
+    rewrite of every checkpoint, and a rebuild's save, which checks while holding it that no
+    erasure landed since it read the log (docs/erasure.md). An ``flock``, so it excludes other
+    processes and another open in this one; closing the descriptor drops it, even on a kill."""
+
+    def __init__(self, directory: Path) -> None:
+        self._path = directory / REWRITE_LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> RewriteLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
 
 
 class SnapshotStore:

@@ -22,13 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 from memstream.api.services import rebuild_worker
+from memstream.api.services.erasure_watch import ErasureWatch
 from memstream.api.services.rebuild_worker import Ends, Outcome, fresh_factories
 from memstream.api.services.settings import Settings
 from memstream.projections.catalog import CATALOG, factories
 from memstream.projections.runner import ProjectionRunner
 from memstream.streams.folding import bulk_fold
 from memstream.streams.log.sqlite import SqliteLog
-from memstream.streams.snapshots import SnapshotStore
+from memstream.streams.snapshots import RewriteLock, SnapshotStore
 
 Progress = Callable[[str, int, int], None]
 BATCH = 5_000  # events per read of the log, and between two looks at the second process
@@ -119,6 +120,7 @@ def rebuild_all(
         return _rebuild_to(settings, stop, progress)
     log = SqliteLog(settings.log_path, num_partitions=settings.partitions, synchronous=settings.sync)
     snapshots = SnapshotStore(settings.snapshot_dir)
+    watch = ErasureWatch(log)  # before anything reads the log, the worker included
     worker: _Worker | _Local | None = None
     try:
         # The log's end now is at most the ends the worker takes: fold that far meanwhile.
@@ -143,13 +145,25 @@ def rebuild_all(
         mark = time.perf_counter()
         rebuilt = fresh.digests()
         phases["digests"] = time.perf_counter() - mark
+        saved = False
         if save:
             mark = time.perf_counter()
-            fresh.checkpoint_to(snapshots)
+            with RewriteLock(settings.snapshot_dir):
+                erasure = watch.landed(end)
+                if erasure is None:
+                    fresh.checkpoint_to(snapshots)
+                    saved = True
             phases["save"] = time.perf_counter() - mark
         mark = time.perf_counter()
         outcome: Outcome = worker.receive("done")
         phases["wait"] = time.perf_counter() - mark
+        erasure = watch.landed(end) or outcome.erasure
+        report["saved"] = saved and outcome.saved
+        if save and not report["saved"]:
+            # What was saved before the erasure is rewritten by it; the rest stays the server's.
+            report["not_saved"] = f"{erasure}: run the rebuild again to compare and save"
+        if erasure is not None:
+            report["erasure_meanwhile"] = erasure
         rebuilt.update(outcome.rebuilt)
         for name in [m.name for m in CATALOG] + ["decision"]:
             digest = rebuilt[name]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
+from memstream.api.services.erasure_watch import ErasureWatch
 from memstream.api.services.settings import Settings
 from memstream.projections.catalog import CATALOG, ReadModelOptions, factories
 from memstream.projections.runner import ProjectionFactory, ProjectionRunner
@@ -32,7 +33,7 @@ from memstream.streams.buses.embedded import (
 )
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.log.sqlite import SqliteLog
-from memstream.streams.snapshots import SnapshotStore
+from memstream.streams.snapshots import RewriteLock, SnapshotStore
 
 Ends = tuple[int, int]
 
@@ -46,6 +47,10 @@ class Outcome:
     live: dict[str, str] = field(default_factory=dict)
     rebuilt: dict[str, str] = field(default_factory=dict)
     phases_s: dict[str, float] = field(default_factory=dict)
+    saved: bool = False
+    # An erasure that landed while it read the log (``ErasureWatch.landed``): then it saved
+    # nothing after it, and its digests may have opened the record on either side of it.
+    erasure: str | None = None
 
 
 def serve(conn: Connection) -> int:
@@ -74,6 +79,7 @@ def run(settings: Settings, models: tuple[str, ...], save: bool, took_ends: Call
     out = Outcome()
     log = SqliteLog(settings.log_path, num_partitions=settings.partitions, synchronous=settings.sync)
     snapshots = SnapshotStore(settings.snapshot_dir)
+    watch = ErasureWatch(log)
     try:
         mark = time.perf_counter()
         # Digests leave vector graphs out (derived data): the live state is loaded without them.
@@ -101,9 +107,14 @@ def run(settings: Settings, models: tuple[str, ...], save: bool, took_ends: Call
         out.phases_s["digests"] = time.perf_counter() - mark
         if save:
             mark = time.perf_counter()
-            fresh.checkpoint_to(snapshots)
-            snapshots.save(DECISION_SNAPSHOT, decision.to_snapshot())
+            with RewriteLock(settings.snapshot_dir):
+                out.erasure = watch.landed(ends[0])
+                if out.erasure is None:
+                    fresh.checkpoint_to(snapshots)
+                    snapshots.save(DECISION_SNAPSHOT, decision.to_snapshot())
+                    out.saved = True
             out.phases_s["save"] = time.perf_counter() - mark
+        out.erasure = out.erasure or watch.landed(ends[0])
         return out
     finally:
         log.close()
