@@ -11,6 +11,7 @@ import base64
 import binascii
 import os
 import secrets
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -60,9 +61,12 @@ def resolve_master_key(data_dir: Path, env: Mapping[str, str] | None = None) -> 
 
 
 def write_key_file(path: Path, text: str) -> None:
-    """Write a key file readable by its owner only, atomically (a racing process keeps the first)."""
+    """Write a key file readable by its owner only, atomically (a racing writer keeps the
+    first). The temporary name is the thread's as well as the process's: two first starts in
+    one process (a server and an in-process rebuild) shared it, the second open truncated the
+    first's file, and the second link found it gone."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, (text + "\n").encode("ascii"))

@@ -6,12 +6,15 @@ from __future__ import annotations
 import base64
 import os
 import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from memstream.streams.keys import master
 from memstream.streams.keys import sqlite as sqlite_keys
 from memstream.streams.keys.master import MasterKeyError, parse_master_key, resolve_master_key
 from memstream.streams.keys.sqlite import POOL, SqliteKeyStore
@@ -46,6 +49,29 @@ def test_destroyed_key_bytes_leave_the_key_store_files(
         data = path.read_bytes() if path.exists() else b""
         assert not any(w in data for w in wrapped), name
     keys.close()
+
+
+def test_two_first_starts_in_one_process_agree_on_one_master_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both threads have written their key file and are about to link it in: one wins, and
+    # both then read the winner's key (one temporary name for both lost a file, or a key).
+    both_written = threading.Barrier(2, timeout=30)
+    link = os.link
+
+    def link_together(src: Any, dst: Any) -> None:
+        both_written.wait()
+        link(src, dst)
+
+    monkeypatch.setattr(master.os, "link", link_together)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        keys = list(pool.map(lambda _: resolve_master_key(tmp_path, {}), range(2)))
+    assert (
+        keys[0]
+        == keys[1]
+        == (parse_master_key((tmp_path / "master.key").read_text(), "x"), str(tmp_path / "master.key"))
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["master.key"]
 
 
 def test_the_wrong_master_key_is_a_clear_error(tmp_path: Path) -> None:
