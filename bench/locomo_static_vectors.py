@@ -98,10 +98,8 @@ def embed(work: Path) -> None:
     (work / "words.json").write_text(json.dumps(tokens))
 
 
-def score(work: Path, out: Path | None) -> None:
-    import rerank_fit as rf
-    from locomo_dev import paired
-
+def candidates(work: Path) -> tuple[list[Any], Any]:
+    """``build``'s questions (their agents re-linked to what ``rerank_fit.score`` reads) and dataset."""
     with (work / "candidates.pkl").open("rb") as f:
         saved = pickle.load(f)  # written by ``build`` above
     qs, ds, doc_ids = saved["queries"], saved["dataset"], saved["doc_ids"]
@@ -112,6 +110,51 @@ def score(work: Path, out: Path | None) -> None:
 
     for q in qs:
         q.agent = Turns(doc_ids[q.agent])
+    return qs, ds
+
+
+def held_out_rows(work: Path, sets: dict[str, Callable[[Any], np.ndarray] | None]) -> dict[str, Any]:
+    """Each signal set added to the default's signals (``None``: the default itself), refitted
+    per fold (pairwise, L2 0.001, leave one conversation out) and paired with the default's
+    held-out figures. Needs a set named ``default``."""
+    import rerank_fit as rf
+    from locomo_dev import paired
+
+    qs, ds = candidates(work)
+    plain = {q.qid: q.x for q in qs}
+    convs = sorted({q.conv for q in qs})
+    qids = [q.qid for q in qs]
+    held_by: dict[str, tuple[dict[str, float], ...]] = {}
+    for label, extra in sets.items():
+        for q in qs:
+            q.x = plain[q.qid] if extra is None else np.hstack([plain[q.qid], extra(q)])
+        held: tuple[dict[str, float], ...] = ({}, {}, {})
+        for conv in convs:
+            model = rf.fit([q for q in qs if q.conv != conv], "pairwise", 0.001)
+            for i, s in enumerate(rf.score([q for q in qs if q.conv == conv], ds, model)):
+                held[i].update(s)
+        held_by[label] = held
+    report: dict[str, Any] = {}
+    ref = held_by["default"]
+    for label, held in held_by.items():
+        row = {
+            "recall@10": statistics.fmean(held[0][q] for q in qids),
+            "ndcg@10": statistics.fmean(held[2][q] for q in qids),
+            "minus_default": {"recall@10": paired(held[0], ref[0], qids), "ndcg@10": paired(held[2], ref[2], qids)},
+            "recall@10_by_category": {
+                c: round(statistics.fmean(held[0][q] for q in s if q in held[0]), 3) for c, s in ds.query_sets.items()
+            },
+        }
+        report[label] = row
+        (dr, cr), (dn, cn) = row["minus_default"]["recall@10"], row["minus_default"]["ndcg@10"]
+        print(
+            f"{label}: R@10 {row['recall@10']:.3f} ({dr:+.3f} ± {cr:.3f})  NDCG@10 {row['ndcg@10']:.3f}"
+            f" ({dn:+.3f} ± {cn:.3f})  {row['recall@10_by_category']}"
+        )
+    return report
+
+
+def score(work: Path, out: Path | None) -> None:
     z = np.load(work / "static.npz")
     words = json.loads((work / "words.json").read_text())
     qrow = {q: i for i, q in enumerate(words["qids"])}
@@ -160,36 +203,8 @@ def score(work: Path, out: Path | None) -> None:
         "maxsim": maxsim,
         "body+maxsim": lambda q: np.hstack([cosines("body")(q), maxsim(q)]),
     }
-    plain = {q.qid: q.x for q in qs}
-    convs = sorted({q.conv for q in qs})
-    qids = [q.qid for q in qs]
-    held_by: dict[str, tuple[dict[str, float], ...]] = {}
-    for label, extra in sets.items():
-        for q in qs:
-            q.x = plain[q.qid] if extra is None else np.hstack([plain[q.qid], extra(q)])
-        held: tuple[dict[str, float], ...] = ({}, {}, {})
-        for conv in convs:
-            model = rf.fit([q for q in qs if q.conv != conv], "pairwise", 0.001)
-            for i, s in enumerate(rf.score([q for q in qs if q.conv == conv], ds, model)):
-                held[i].update(s)
-        held_by[label] = held
     report: dict[str, Any] = {"command": "python bench/locomo_static_vectors.py " + " ".join(sys.argv[1:])}
-    ref = held_by["default"]
-    for label, held in held_by.items():
-        row = {
-            "recall@10": statistics.fmean(held[0][q] for q in qids),
-            "ndcg@10": statistics.fmean(held[2][q] for q in qids),
-            "minus_default": {"recall@10": paired(held[0], ref[0], qids), "ndcg@10": paired(held[2], ref[2], qids)},
-            "recall@10_by_category": {
-                c: round(statistics.fmean(held[0][q] for q in s if q in held[0]), 3) for c, s in ds.query_sets.items()
-            },
-        }
-        report[label] = row
-        (dr, cr), (dn, cn) = row["minus_default"]["recall@10"], row["minus_default"]["ndcg@10"]
-        print(
-            f"{label}: R@10 {row['recall@10']:.3f} ({dr:+.3f} ± {cr:.3f})  NDCG@10 {row['ndcg@10']:.3f}"
-            f" ({dn:+.3f} ± {cn:.3f})  {row['recall@10_by_category']}"
-        )
+    report.update(held_out_rows(work, sets))
     if out:
         out.write_text(json.dumps(report, indent=1) + "\n")
 
