@@ -18,23 +18,15 @@ from memstream.api.services import rebuild
 from memstream.api.services.engine import EmbeddedEngine
 from memstream.api.services.rebuild import rebuild_all
 from memstream.api.services.settings import Settings, load_settings
-from memstream.api.tools.dispatch import run_tool
-from memstream.api.tools.registry import Caller
 from memstream.streams.snapshots import RewriteLock
 from tests.support.broker import wait_until
+from tests.support.calls import call, filled
 from tests.support.embedders import HashEmbedder
 from tests.support.file_hits import files_holding
 from tests.system.test_erasure import vector_forms
 
-CALLER = Caller(client_id="rebuild-erasure")
 SECRET = "Philomena Okonkwo-Brandt keeps her spare key under the heron statue"
 NEEDLES = [SECRET.encode(), b"Philomena", *vector_forms(SECRET)]
-
-
-async def call(engine: EmbeddedEngine, tool: str, **args: Any) -> dict[str, Any]:
-    body, code = await run_tool(engine, CALLER, tool, args)
-    assert code is None, body
-    return body
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -84,17 +76,7 @@ def test_an_erasure_during_a_rebuild_leaves_no_checkpoint_holding_the_record(tmp
 
 def test_a_rebuild_with_no_erasure_meanwhile_saves(tmp_path: Path) -> None:
     settings = load_settings(env={}, data_dir=tmp_path / "data", sync="NORMAL")
-
-    async def fill() -> None:
-        engine = EmbeddedEngine(settings, embedder=HashEmbedder())
-        await engine.start()
-        try:
-            for i in range(5):
-                await call(engine, "store", agent_id="p", content=f"a note {i}")
-        finally:
-            await engine.close()
-
-    asyncio.run(fill())
+    filled(settings, "p", [f"a note {i}" for i in range(5)])
     report = rebuild_all(settings)
     assert report["equal"] and report["saved"] is True and "not_saved" not in report
 

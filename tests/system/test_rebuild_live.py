@@ -17,6 +17,7 @@ from memstream.api.services.rebuild import WorkerFailed, rebuild_all
 from memstream.api.services.settings import load_settings
 from memstream.api.tools.dispatch import run_tool
 from memstream.api.tools.registry import Caller
+from tests.support.calls import filled
 from tests.support.embedders import HashEmbedder
 
 CALLER = Caller(client_id="rebuild-live")
@@ -70,18 +71,7 @@ def test_rebuild_while_a_server_writes_reports_equal(tmp_path: Path, processes: 
 @pytest.mark.parametrize("how", ["raise", "die"])
 def test_a_failure_of_the_second_process_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     settings = load_settings(env={}, data_dir=tmp_path / "data", sync="NORMAL")
-
-    async def fill() -> None:
-        engine = EmbeddedEngine(settings, embedder=HashEmbedder())
-        await engine.start()
-        try:
-            for i in range(5):
-                body, code = await run_tool(engine, CALLER, "store", {"agent_id": "f", "content": f"text {i}"})
-                assert code is None, body
-        finally:
-            await engine.close()
-
-    asyncio.run(fill())
+    filled(settings, "f", [f"text {i}" for i in range(5)])
     assert rebuild_all(settings, processes=2)["equal"]
     monkeypatch.setattr(rebuild, "WORKER", ["-m", "tests.support.failing_rebuild_worker"])
     monkeypatch.setenv("REBUILD_WORKER_FAILS", how)
