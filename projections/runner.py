@@ -19,7 +19,7 @@ from memstream.projections.redaction import fold_form, is_redacted, sees_redacte
 from memstream.streams.events import decode
 from memstream.streams.folding import bulk_fold, collector_paused
 from memstream.streams.log.port import EventLog, LogRecord
-from memstream.streams.snapshots import SnapshotStore
+from memstream.streams.snapshots import RewriteLock, SnapshotStore
 
 log = logging.getLogger(__name__)
 
@@ -252,10 +252,14 @@ class ProjectionRunner:
 
     def checkpoint_to(self, snapshots: SnapshotStore) -> None:
         for p in self.projections:
-            snapshots.save(p.name, {"offset": p.offset, "state": p.to_snapshot()})
-            drop_stale = getattr(p, "drop_stale_sidecars", None)
-            if drop_stale is not None:
-                drop_stale()
+            # A checkpoint and the collection of the sidecars it no longer names, as one step
+            # against another writer of the directory (a rebuild beside a server): between the
+            # two, the other's checkpoint could name a sidecar this collection then drops.
+            with RewriteLock(snapshots.directory):
+                snapshots.save(p.name, {"offset": p.offset, "state": p.to_snapshot()})
+                drop_stale = getattr(p, "drop_stale_sidecars", None)
+                if drop_stale is not None:
+                    drop_stale()
         self._since_checkpoint = 0
 
     def catch_up(
@@ -285,11 +289,19 @@ class ProjectionRunner:
     def checkpoint_if_due(self) -> None:
         if not self.checkpoint_due:
             return
+        assert self.snapshots is not None
+        lock = RewriteLock(self.snapshots.directory)
+        if not lock.acquire(blocking=False):
+            # Another writer of the directory (a rebuild's save, tens of seconds at a million
+            # memories) is at it: reads wait for a due checkpoint, so try after the next fold.
+            return
         try:
             self.checkpoint()
         except OSError as exc:  # a checkpoint is a shortcut: without one a start replays more
             log.warning("could not checkpoint the read models (%s); will retry later", exc)
             self._since_checkpoint = 0  # next try after another checkpoint_every events
+        finally:
+            lock.release()
 
     def _fold(self, pos: int, end: int, progress: ProgressFn | None, batch: int) -> int:
         applied = 0

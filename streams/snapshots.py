@@ -113,29 +113,65 @@ def _pid_alive(pid: int) -> bool:
 REWRITE_LOCK = ".rewrite.lock"
 
 
+class _Held:
+    """One directory's lock in this process: a thread lock (re-entered by its holder) over the
+    ``flock`` that excludes other processes, taken by the first entry and dropped by the last."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.thread_lock = threading.RLock()
+        self.depth = 0
+        self.fd: int | None = None
+
+
+_held: dict[Path, _Held] = {}
+_held_lock = threading.Lock()
+
+
 class RewriteLock:
-    """Held while checkpoints are written that older state must not overwrite: an erasure's
-    rewrite of every checkpoint, and a rebuild's save, which checks while holding it that no
-    erasure landed since it read the log (docs/erasure.md). An ``flock``, so it excludes other
-    processes and another open in this one; closing the descriptor drops it, even on a kill."""
+    """Held while a checkpoint directory is written: each read model's checkpoint with its
+    sidecars' collection (``ProjectionRunner.checkpoint_to``), and a rebuild's whole save, which
+    checks while holding it that no erasure landed since it read the log (docs/erasure.md). So a
+    rebuild beside a server neither saves state an erasure has since rewritten, nor has its
+    sidecars collected by the server's checkpoint (or the server's by its own) between a
+    checkpoint naming them and its collection. Re-entered by the thread holding it; other
+    threads and processes wait. The ``flock`` goes with its descriptor, even on a kill."""
 
     def __init__(self, directory: Path) -> None:
-        self._path = directory / REWRITE_LOCK
-        self._fd: int | None = None
+        path = directory.resolve() / REWRITE_LOCK
+        with _held_lock:
+            self._held = _held.setdefault(path, _Held(path))
 
-    def acquire(self) -> None:
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
+    def acquire(self, blocking: bool = True) -> bool:
+        """Take it (waiting, unless not ``blocking``); whether it was taken."""
+        held = self._held
+        if not held.thread_lock.acquire(blocking):
+            return False
+        if held.depth == 0:
+            try:
+                fd = os.open(held.path, os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BaseException:
+                    os.close(fd)
+                    raise
+            except BlockingIOError:
+                held.thread_lock.release()
+                return False
+            except BaseException:
+                held.thread_lock.release()
+                raise
+            held.fd = fd
+        held.depth += 1
+        return True
 
     def release(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
+        held = self._held
+        held.depth -= 1
+        if held.depth == 0 and held.fd is not None:
+            fd, held.fd = held.fd, None
             os.close(fd)
+        held.thread_lock.release()
 
     def __enter__(self) -> RewriteLock:
         self.acquire()

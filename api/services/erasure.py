@@ -27,7 +27,6 @@ from memstream.streams.log.port import LogRecord
 from memstream.streams.log.sealing import ERASURE_TYPES
 from memstream.streams.log.sqlite import SqliteLog
 from memstream.streams.release import short_switches
-from memstream.streams.snapshots import RewriteLock, SnapshotStore
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,6 @@ class ErasingEngine(Protocol):
     log: SqliteLog
     bus: EmbeddedCommandBus
     runner: ProjectionRunner
-    snapshots: SnapshotStore
 
     async def read(self, query: Any) -> Any: ...
 
@@ -228,21 +226,13 @@ def dropped_by(projections: Sequence[Projection], ev: dict[str, Any]) -> Dropped
 
 async def _rewrite_checkpoints(engine: ErasingEngine) -> None:
     """Every checkpoint rewritten from state that no longer holds the record (the vector
-    sidecars and graph files included: a checkpoint writes new ones and drops the old). Under
-    the checkpoints' ``RewriteLock``: a rebuild saving state it folded before the keys went
-    (``rebuild.py``'s ``ErasureWatch``) finishes first, and is written over here."""
-    lock = RewriteLock(engine.snapshots.directory)
-    taking = asyncio.get_running_loop().run_in_executor(None, lock.acquire)
-    try:
-        await asyncio.shield(taking)
-    except asyncio.CancelledError:
-        taking.add_done_callback(lambda _: lock.release())  # the thread still takes it: let go then
-        raise
-    try:
-        await engine.settle(checkpoint=True)
-        await engine.bus.checkpoint()
-    finally:
-        lock.release()
+    sidecars and graph files included: a checkpoint writes new ones and drops the old). Each
+    checkpoint is written under the directory's ``RewriteLock``: a rebuild saving what it folded
+    before the keys went finishes first and is written over here, or, holding the lock, finds
+    this erasure's event (appended before any of this) and saves nothing (``ErasureWatch``)."""
+
+    await engine.settle(checkpoint=True)
+    await engine.bus.checkpoint()
 
 
 # (the last erasure offset seen, the erasure events past the last one completed), or None: the log

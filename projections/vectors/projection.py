@@ -494,7 +494,11 @@ class VectorProjection:
             "ghosts": self._ghosts,
             "blob": self._blob_name(),
         }
-        if self.blobs is not None and self._blob_hash != self._hash:
+        # Written again when gone too: another writer of the directory (a rebuild beside the
+        # server) collects the sidecars its own checkpoint does not name.
+        if self.blobs is not None and (
+            self._blob_hash != self._hash or not self.blobs.blob_path(self._blob_name()).exists()
+        ):
             name = self._blob_name()
             sidecar.write(self.blobs, name, self._agents, self.content_hash)
             self._blob_hash = self._hash
