@@ -233,9 +233,9 @@ class SnapshotStore:
         """Delete temporary files a killed writer left behind. A save killed between its write
         and its rename leaves ``.<name>.<pid>-<n>.tmp`` (``.<name>.<pid>.tmp`` before wave 14)
         holding folded state (plaintext of records an erasure may take later), which no load
-        reads and nothing else would ever remove. A
-        file is an orphan when its writer's process is gone, or when the pid is this process's
-        (a restarted container often reuses it) but no save of this process is writing it."""
+        reads and nothing else would ever remove. A file is an orphan when its writer's process
+        is gone, or when the pid is this process's (a restarted container often reuses it) but
+        no save of this process is writing it."""
         removed = []
         for tmp in self.directory.glob(".*.tmp"):
             try:
