@@ -49,6 +49,16 @@ def body_of(text: str) -> str:
     return text.split(": ", 1)[1] if text.startswith("[") and ": " in text else text
 
 
+def speaker_names(turns: dict[str, list[str]]) -> set[str]:
+    """The speakers' names (lowercased) of the stored turns, each ``[date] Name: ...``."""
+    return {
+        m.group(1).strip().lower()
+        for texts in turns.values()
+        for t in texts
+        if (m := re.match(r"\[[^\]]*\]\s*([^:]+):", t))
+    }
+
+
 def build(work: Path) -> None:
     import rerank_fit as rf
 
@@ -69,12 +79,7 @@ def embed(work: Path) -> None:
 
     wl = WordLlama.load(disable_download=True)
     texts = json.loads((work / "texts.json").read_text())
-    names = {
-        m.group(1).strip().lower()
-        for turns in texts["turns"].values()
-        for t in turns
-        if (m := re.match(r"\[[^\]]*\]\s*([^:]+):", t))
-    }
+    names = speaker_names(texts["turns"])
 
     def words(text: str) -> list[list[int]]:
         found = re.findall(r"[A-Za-z][A-Za-z'-]+", body_of(text))

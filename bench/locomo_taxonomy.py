@@ -30,6 +30,7 @@ import pickle
 import re
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpora import WORDNET_DIR
-from locomo_static_vectors import STOP, body_of, held_out_rows
+from locomo_static_vectors import STOP, body_of, held_out_rows, speaker_names
 
 _RULES = (
     ("ses", "s"),
@@ -143,20 +144,34 @@ def head_lemmas(question: str, names: set[str], nouns: Nouns) -> set[str]:
     return {lem for h in heads if h not in names and h not in _NOT_HEADS and (lem := nouns.lemma(h)) is not None}
 
 
-def signals(work: Path, generic: float, head_only: bool = False, rare: float = 1.0) -> dict[str, Any]:
-    """Per question id, the candidates' taxonomy signals (rows in candidate order)."""
+@dataclass
+class Inputs:
+    """What every variant reads: WordNet, ``build``'s texts and candidates, and each turn's nouns
+    with the synsets they fall under (loaded and analysed once for all the variants)."""
+
+    nouns: Nouns
+    texts: dict[str, Any]
+    saved: dict[str, Any]
+    names: set[str]
+    turn_lemmas: dict[str, list[set[str]]]
+    turn_under: dict[str, list[dict[str, frozenset[int]]]]
+
+
+def load_inputs(work: Path) -> Inputs:
     nouns = Nouns()
     texts = json.loads((work / "texts.json").read_text())
     with (work / "candidates.pkl").open("rb") as f:
         saved = pickle.load(f)  # written by locomo_static_vectors.py build
-    names = {
-        m.group(1).strip().lower()
-        for turns in texts["turns"].values()
-        for t in turns
-        if (m := re.match(r"\[[^\]]*\]\s*([^:]+):", t))
-    }
+    names = speaker_names(texts["turns"])
     turn_lemmas = {c: [noun_lemmas(body_of(t), names, nouns) for t in turns] for c, turns in texts["turns"].items()}
     turn_under = {c: [{lem: nouns.under(lem) for lem in ls} for ls in rows] for c, rows in turn_lemmas.items()}
+    return Inputs(nouns, texts, saved, names, turn_lemmas, turn_under)
+
+
+def signals(inputs: Inputs, generic: float, head_only: bool = False, rare: float = 1.0) -> dict[str, Any]:
+    """Per question id, the candidates' taxonomy signals (rows in candidate order)."""
+    nouns, texts, saved, names = inputs.nouns, inputs.texts, inputs.saved, inputs.names
+    turn_lemmas, turn_under = inputs.turn_lemmas, inputs.turn_under
     # A member counts only when it is rare in its conversation (``rare``: the largest share of
     # turns it may appear in): "pottery" or "violin", not "work", "help" or "care", which
     # WordNet also files under "activity".
@@ -215,19 +230,15 @@ def main(argv: Iterable[str] | None = None) -> None:
     shown: dict[str, Any] = {}
     variants = [(h, g, 1.0) for h in (False, True) for g in (float(x) for x in args.generic.split(","))]
     variants += [(True, 1.0, float(r)) for r in args.rare.split(",") if r]
+    inputs = load_inputs(args.work)
     for head_only, g, rare in variants:
-        if True:
-            found = signals(args.work, g, head_only, rare)
-            label = f"taxonomy{'-head' if head_only else ''}<={g}" + (f",members<={rare}" if rare < 1 else "")
-            sets[label] = lambda q, s=found["signals"]: s[q.qid]
-            with_any = sum(1 for cats in found["categories"].values() if cats)
-            examples = dict(list(found["categories"].items())[:15])
-            shown[label] = {
-                "questions_with_a_category": with_any,
-                "examples": examples,
-                "hit_rates": found["hit_rates"],
-            }
-            print(f"{label}: {with_any} questions keep a category; hit rates {found['hit_rates']}", file=sys.stderr)
+        found = signals(inputs, g, head_only, rare)
+        label = f"taxonomy{'-head' if head_only else ''}<={g}" + (f",members<={rare}" if rare < 1 else "")
+        sets[label] = lambda q, s=found["signals"]: s[q.qid]
+        with_any = sum(1 for cats in found["categories"].values() if cats)
+        examples = dict(list(found["categories"].items())[:15])
+        shown[label] = {"questions_with_a_category": with_any, "examples": examples, "hit_rates": found["hit_rates"]}
+        print(f"{label}: {with_any} questions keep a category; hit rates {found['hit_rates']}", file=sys.stderr)
     report = held_out_rows(args.work, sets)
     report["categories"] = shown
     report["command"] = "python bench/locomo_taxonomy.py " + " ".join(sys.argv[1:])

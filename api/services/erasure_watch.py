@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from memstream.streams.log.sealing import ERASURE_TYPES
 from memstream.streams.log.sqlite import SqliteLog
+from memstream.streams.snapshots import RewriteLock
 
 _TYPES = tuple(sorted(ERASURE_TYPES))
 
@@ -33,3 +37,12 @@ class ErasureWatch:
         if self._keys_generation() != self._generation:
             return "an erasure destroyed keys of records the rebuild was reading"
         return None
+
+    def save_unless_landed(self, directory: Path, end: int, save: Callable[[], object]) -> str | None:
+        """Holding the checkpoint directory's lock, ``save`` unless an erasure landed (what
+        ``landed`` says, then returned)."""
+        with RewriteLock(directory):
+            erasure = self.landed(end)
+            if erasure is None:
+                save()
+            return erasure

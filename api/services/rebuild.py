@@ -29,7 +29,7 @@ from memstream.projections.catalog import CATALOG, factories
 from memstream.projections.runner import ProjectionRunner
 from memstream.streams.folding import bulk_fold
 from memstream.streams.log.sqlite import SqliteLog
-from memstream.streams.snapshots import RewriteLock, SnapshotStore
+from memstream.streams.snapshots import SnapshotStore
 
 Progress = Callable[[str, int, int], None]
 BATCH = 5_000  # events per read of the log, and between two looks at the second process
@@ -148,11 +148,7 @@ def rebuild_all(
         saved = False
         if save:
             mark = time.perf_counter()
-            with RewriteLock(settings.snapshot_dir):
-                erasure = watch.landed(end)
-                if erasure is None:
-                    fresh.checkpoint_to(snapshots)
-                    saved = True
+            saved = watch.save_unless_landed(settings.snapshot_dir, end, lambda: fresh.checkpoint_to(snapshots)) is None
             phases["save"] = time.perf_counter() - mark
         mark = time.perf_counter()
         outcome: Outcome = worker.receive("done")

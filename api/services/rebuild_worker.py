@@ -33,7 +33,7 @@ from memstream.streams.buses.embedded import (
 )
 from memstream.streams.decision.state import DecisionState
 from memstream.streams.log.sqlite import SqliteLog
-from memstream.streams.snapshots import RewriteLock, SnapshotStore
+from memstream.streams.snapshots import SnapshotStore
 
 Ends = tuple[int, int]
 
@@ -107,12 +107,13 @@ def run(settings: Settings, models: tuple[str, ...], save: bool, took_ends: Call
         out.phases_s["digests"] = time.perf_counter() - mark
         if save:
             mark = time.perf_counter()
-            with RewriteLock(settings.snapshot_dir):
-                out.erasure = watch.landed(ends[0])
-                if out.erasure is None:
-                    fresh.checkpoint_to(snapshots)
-                    snapshots.save(DECISION_SNAPSHOT, decision.to_snapshot())
-                    out.saved = True
+
+            def save_both() -> None:
+                fresh.checkpoint_to(snapshots)
+                snapshots.save(DECISION_SNAPSHOT, decision.to_snapshot())
+
+            out.erasure = watch.save_unless_landed(settings.snapshot_dir, ends[0], save_both)
+            out.saved = out.erasure is None
             out.phases_s["save"] = time.perf_counter() - mark
         out.erasure = out.erasure or watch.landed(ends[0])
         return out

@@ -487,19 +487,17 @@ class VectorProjection:
         return f"{self.name}-{self.content_hash[:32]}"
 
     def to_snapshot(self) -> dict[str, Any]:
+        name = self._blob_name()
         body = {
             "format": sidecar.FORMAT,
             "hash": self.content_hash,
             "rows": self._rows,
             "ghosts": self._ghosts,
-            "blob": self._blob_name(),
+            "blob": name,
         }
         # Written again when gone too: another writer of the directory (a rebuild beside the
         # server) collects the sidecars its own checkpoint does not name.
-        if self.blobs is not None and (
-            self._blob_hash != self._hash or not self.blobs.blob_path(self._blob_name()).exists()
-        ):
-            name = self._blob_name()
+        if self.blobs is not None and (self._blob_hash != self._hash or not self.blobs.blob_path(name).exists()):
             sidecar.write(self.blobs, name, self._agents, self.content_hash)
             self._blob_hash = self._hash
             sidecar.collect_garbage(self.blobs, self.name, keep={name})
