@@ -151,9 +151,40 @@ def raw_append_rate(n: int, batch: int, with_vector: bool) -> float:
 # -- the embedder's own rates ------------------------------------------------------------------
 
 
+# Conversation turns to store instead of the short synthetic line (``--texts locomo``): the
+# model's cost per text follows its tokens, the rest of a store's cost does not.
+TURNS: list[str] = []
+
+
+def load_turns(root: Path) -> list[str]:
+    """Every turn of the LoCoMo development split, as `bench/eval_recall.py` stores them."""
+    from eval_recall import locomo_sessions, locomo_turn_text
+
+    turns = []
+    for path in sorted(root.glob("conv-*.json")):
+        data = json.loads(path.read_text())
+        for date, session in locomo_sessions(data.get("conversation", data)):
+            turns.extend(locomo_turn_text(date, turn) for turn in session)
+    if not turns:
+        raise SystemExit(f"no conv-*.json turns under {root}")
+    return turns
+
+
+def mean_tokens(texts: list[str]) -> float:
+    """The default model's word pieces per text ([CLS] and [SEP] included), as it truncates them."""
+    from memstream.api.services.embedding.onnx_backend import VOCAB_PATH
+    from memstream.api.services.embedding.wordpiece import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer(VOCAB_PATH)
+    return round(statistics.fmean(len(tokenizer.encode(t, 256)) for t in texts), 1)
+
+
 def store_content(tag: str, client: int, i: int) -> str:
     """The text client ``client`` stores as its ``i``-th memory (the model's standalone rate is
-    measured on the same texts: their token counts set its cost)."""
+    measured on the same texts: their token counts set its cost). With ``TURNS``, a turn each
+    client walks from its own start, marked so no two stores are the same text."""
+    if TURNS:
+        return f"{TURNS[(client * 347 + i) % len(TURNS)]} ({tag} {client}.{i})"
     return f"{tag} client {client} memory {i}: the deploy key for service {i % 97} rotates weekly"
 
 
@@ -646,6 +677,14 @@ def main() -> None:
         "revision's (NAME= for this checkout); repeatable",
     )
     ap.add_argument("--recalls", type=int, default=0, help="recalls a 1-client run times after its stores")
+    ap.add_argument(
+        "--texts",
+        choices=("synthetic", "locomo"),
+        default="synthetic",
+        help="what clients store: a ~20-token synthetic line, or the turns of --locomo's conversations "
+        "(~50 tokens: real conversation memories)",
+    )
+    ap.add_argument("--locomo", type=Path, default=ROOT.parent / "shared" / "eval" / "locomo-dev")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "store_throughput.json")
     args = ap.parse_args()
     if args.quick:
@@ -654,7 +693,12 @@ def main() -> None:
     report: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
+        "texts": args.texts,
     }
+    if args.texts == "locomo":
+        TURNS[:] = load_turns(args.locomo)
+        report["texts_from"] = {"turns": len(TURNS), "path": str(args.locomo)}
+    report["texts_mean_tokens"] = mean_tokens([store_content("default-8", n % 8, n // 8) for n in range(4_096)])
     report["raw_append"] = {
         "rows_per_s_batch_1_no_vector": round(raw_append_rate(max(500, args.raw_rows // 20), 1, False)),
         "rows_per_s_batch_64_no_vector": round(raw_append_rate(args.raw_rows, 64, False)),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .chunking import plan_runs
 from .errors import EmbeddingError
 from .wordpiece import WordPieceTokenizer
 
@@ -153,21 +154,12 @@ class OnnxMeanPoolEmbedder:
             if not isinstance(t, str):
                 raise TypeError(f"embed() texts must be str, got {type(t).__name__}")
         encoded = [self.tokenizer.encode(t, self.max_seq_length) for t in texts]
-        # Sort by length so each run pads little; cut runs at chunk_size texts or chunk_tokens
-        # padded tokens, whichever comes first (small runs are faster per text on this CPU).
-        order = sorted(range(n), key=lambda i: len(encoded[i]))
-        start = 0
-        while start < n:
-            end = start + 1
-            while (
-                end < n
-                and end - start < self.chunk_size
-                and (end - start + 1) * len(encoded[order[end]]) <= self.chunk_tokens
-            ):
-                end += 1
-            idx = order[start:end]
+        # Runs of texts of like length, at most chunk_size texts or chunk_tokens padded pieces
+        # (small runs are faster per text on this CPU), cut where padding costs more than a
+        # run's fixed cost (chunking.py).
+        lengths = [len(ids) for ids in encoded]
+        for idx in plan_runs(lengths, max_texts=self.chunk_size, max_tokens=self.chunk_tokens):
             out[idx] = self._run([encoded[i] for i in idx])
-            start = end
         return out
 
     def _run(self, batch: list[list[int]]) -> np.ndarray:
