@@ -172,10 +172,9 @@ def load_turns(root: Path) -> list[str]:
 
 def mean_tokens(texts: list[str]) -> float:
     """The default model's word pieces per text ([CLS] and [SEP] included), as it truncates them."""
-    from memstream.api.services.embedding.onnx_backend import VOCAB_PATH
-    from memstream.api.services.embedding.wordpiece import WordPieceTokenizer
+    from memstream.api.services.embedding.onnx_backend import bert_uncased_tokenizer
 
-    tokenizer = WordPieceTokenizer(VOCAB_PATH)
+    tokenizer = bert_uncased_tokenizer()
     return round(statistics.fmean(len(tokenizer.encode(t, 256)) for t in texts), 1)
 
 
