@@ -29,11 +29,10 @@ import numpy as np
 from store_throughput import load_turns, store_content
 
 from memstream.api.services.embedding import load_local_embedder
-from memstream.api.services.embedding.chunking import plan_runs
 from memstream.api.services.embedding.onnx_backend import OnnxMeanPoolEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
-Rule = Callable[[list[int]], list[list[int]]]
+Embed = Callable[[Sequence[str]], np.ndarray]
 
 
 def greedy_runs(lengths: Sequence[int], max_texts: int = 8, max_tokens: int = 1024) -> list[list[int]]:
@@ -50,29 +49,27 @@ def greedy_runs(lengths: Sequence[int], max_texts: int = 8, max_tokens: int = 10
     return runs
 
 
-def embed_with(model: OnnxMeanPoolEmbedder, rule: Rule, texts: Sequence[str]) -> np.ndarray:
+def embed_before(model: OnnxMeanPoolEmbedder, texts: Sequence[str]) -> np.ndarray:
+    """``model.embed`` with its runs cut by the rule before the cost model."""
     encoded = [model.tokenizer.encode(t, model.max_seq_length) for t in texts]
     out = np.empty((len(texts), model.dim), dtype=np.float32)
-    for idx in rule([len(ids) for ids in encoded]):
+    for idx in greedy_runs([len(ids) for ids in encoded], model.chunk_size, model.chunk_tokens):
         out[idx] = model._run([encoded[i] for i in idx])
     return out
 
 
-def rate(model: OnnxMeanPoolEmbedder, rule: Rule, calls: list[list[str]]) -> dict[str, float]:
-    embed_with(model, rule, calls[0])  # warm
+def rate(embed: Embed, calls: list[list[str]]) -> dict[str, float]:
+    embed(calls[0])  # warm
     wall, cpu = time.perf_counter(), time.process_time()
     for texts in calls:
-        embed_with(model, rule, texts)
+        embed(texts)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     done = sum(len(c) for c in calls)
     return {"texts_per_s": round(done / wall, 1), "cpu_ms_per_text": round(1000 * cpu / done, 3)}
 
 
 def ab(model: OnnxMeanPoolEmbedder, sets: dict[str, list[str]], sizes: list[int], rounds: int) -> dict[str, Any]:
-    rules: dict[str, Rule] = {
-        "before": greedy_runs,
-        "after": lambda lengths: plan_runs(lengths, max_texts=model.chunk_size, max_tokens=model.chunk_tokens),
-    }
+    ways: dict[str, Embed] = {"before": lambda texts: embed_before(model, texts), "after": model.embed}
     rows: list[dict[str, Any]] = []
     for rnd in range(rounds):
         for name, texts in sets.items():
@@ -82,8 +79,8 @@ def ab(model: OnnxMeanPoolEmbedder, sets: dict[str, list[str]], sizes: list[int]
                 calls = [[texts[rng.randrange(len(texts))] for _ in range(size)] for _ in range(n_calls)]
                 order = ["before", "after"] if rnd % 2 == 0 else ["after", "before"]
                 row: dict[str, Any] = {"round": rnd, "texts": name, "call_size": size}
-                for rule in order:
-                    row[rule] = rate(model, rules[rule], calls)
+                for way in order:
+                    row[way] = rate(ways[way], calls)
                 row["after_over_before"] = round(row["after"]["texts_per_s"] / row["before"]["texts_per_s"], 3)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
@@ -94,7 +91,7 @@ def ab(model: OnnxMeanPoolEmbedder, sets: dict[str, list[str]], sizes: list[int]
             summary[f"{name}_{size}"] = {"after_over_before": ratios, "median": statistics.median(ratios)}
     # A run's padding is masked in attention and pooling: both rules give the same vectors.
     sample = sets["locomo"][:64]
-    agree = np.sum(embed_with(model, greedy_runs, sample) * embed_with(model, rules["after"], sample), axis=1)
+    agree = np.sum(ways["before"](sample) * ways["after"](sample), axis=1)
     return {"rounds": rows, "summary": summary, "min_cosine_before_after": round(float(agree.min()), 6)}
 
 

@@ -157,17 +157,10 @@ TURNS: list[str] = []
 
 
 def load_turns(root: Path) -> list[str]:
-    """Every turn of the LoCoMo development split, as `bench/eval_recall.py` stores them."""
-    from eval_recall import locomo_sessions, locomo_turn_text
+    """Every turn of the LoCoMo conversations under ``root``, as `bench/eval_recall.py` stores them."""
+    from eval_recall import load_locomo
 
-    turns = []
-    for path in sorted(root.glob("conv-*.json")):
-        data = json.loads(path.read_text())
-        for date, session in locomo_sessions(data.get("conversation", data)):
-            turns.extend(locomo_turn_text(date, turn) for turn in session)
-    if not turns:
-        raise SystemExit(f"no conv-*.json turns under {root}")
-    return turns
+    return list(load_locomo(root).docs.values())
 
 
 def mean_tokens(texts: list[str]) -> float:
